@@ -1,0 +1,16 @@
+// Subcommands of the `dgc` program. Each adds itself to the parent and runs from its callback.
+// Errors are thrown as dgc::Error and reported by main().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dgc::cli {
+
+// dgc bench compress: one DGC step on random data vs its bandwidth bound and exact top-k.
+void add_bench_compress(CLI::App& bench);
+// dgc bench exchange: DGC exchange vs dense allreduce of the same gradient.
+void add_bench_exchange(CLI::App& bench);
+// dgc train: data-parallel training with or without DGC.
+void add_train(CLI::App& app);
+
+}  // namespace dgc::cli

@@ -1,0 +1,71 @@
+// The wire codec: all compressed tensors of one worker and one iteration in one message.
+//
+// Layout (little endian), version 1:
+//   header:  magic "DGC1" (4) | version u8 | value_type u8 | flags u16 | iteration u64 |
+//            tensor_count u32 | payload_bytes u32 | crc32 of payload u32 | crc32 of header u32
+//   payload, per tensor: tensor_id varint | numel varint | count varint |
+//            index gaps varint * count (first = index, then index[i] - index[i-1] - 1) |
+//            values * count (fp32, fp16 or bf16 by value_type)
+// Indices must be strictly increasing and < numel. The exact byte layout is the codec's; callers
+// only use the functions below.
+//
+// Contract: decoding validates the whole message (magic, version, checksums, every varint,
+// every index against the expected numel, exact payload length) before writing anything.
+// A bad message throws dgc::DecodeError with the Reason and a message that says what was wrong.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "dgc/core/options.h"
+
+namespace dgc {
+
+inline constexpr uint8_t kCodecVersion = 1;
+
+class MessageWriter {
+ public:
+  MessageWriter(ValueType value_type, uint64_t iteration);
+
+  // Appends one tensor. `indices` strictly increasing and < numel; values.size() == indices.size().
+  // Values are rounded to the value type (see round_to in compressor.h).
+  void add(uint32_t tensor_id, uint64_t numel, std::span<const uint32_t> indices,
+           std::span<const float> values);
+
+  // Finishes the message into `out` (cleared first). The writer may be reused after reset().
+  void finish(std::vector<uint8_t>& out);
+  void reset(ValueType value_type, uint64_t iteration);
+
+ private:
+  ValueType value_type_;
+  uint64_t iteration_;
+  uint32_t tensor_count_ = 0;
+  std::vector<uint8_t> payload_;
+};
+
+struct MessageInfo {
+  uint8_t version = 0;
+  ValueType value_type = ValueType::kFloat32;
+  uint64_t iteration = 0;
+  uint32_t tensor_count = 0;
+  uint64_t element_count = 0;  // selected elements over all tensors
+};
+
+// Validates `message` against the receiver's layout: tensor t must have expected_numels[t]
+// elements. Throws dgc::DecodeError; returns a summary when valid.
+MessageInfo validate_message(std::span<const uint8_t> message,
+                             std::span<const uint64_t> expected_numels);
+
+// Validates, then calls visit(tensor_id, index, value) for every element in message order.
+using ElementVisitor = std::function<void(uint32_t tensor_id, uint64_t index, float value)>;
+MessageInfo decode_message(std::span<const uint8_t> message,
+                           std::span<const uint64_t> expected_numels, const ElementVisitor& visit);
+
+// Validates, then outputs[tensor_id][index] += scale * value for every element. outputs[t].size()
+// is the expected numel of tensor t. Writes nothing if the message is invalid.
+MessageInfo decode_add(std::span<const uint8_t> message, std::span<const std::span<float>> outputs,
+                       float scale);
+
+}  // namespace dgc

@@ -1,0 +1,100 @@
+// The DGC exchange: one fused message per worker per iteration over a dgc::comm::Communicator.
+//
+// Per iteration every rank encodes its selections for all compressed tensors into one message
+// (the core codec), the messages are allgathered, and every rank decodes all of them into the
+// update buffers (colliding indices add), scaled by 1/N. Tensors on the dense path travel fused
+// in one flat buffer, one allreduce per iteration, averaged.
+//
+// All functions here are collective unless stated otherwise.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dgc/comm/communicator.h"
+#include "dgc/core/options.h"
+#include "dgc/core/policy.h"
+#include "dgc/core/selection.h"
+
+namespace dgc {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorPath path = TensorPath::kDense;
+  int64_t numel() const;
+};
+
+// Builds the layout of a model: path chosen by the policy for each (name, shape), order kept.
+std::vector<TensorSpec> make_layout(const std::vector<std::pair<std::string, std::vector<int64_t>>>&
+                                        named_shapes,
+                                    const PolicyOptions& policy);
+
+struct ExchangeOptions {
+  ValueType value_type = ValueType::kFloat32;
+  comm::Timeout timeout = comm::kDefaultTimeout;
+  // Free-form description of every setting that all ranks must agree on (density, momentum,
+  // schedules, ...), as "key=value" lines. The handshake compares it line by line.
+  std::string settings;
+};
+
+// Bytes for one iteration and cumulative. "message" bytes are what this worker contributes (its
+// encoded message plus 4 bytes per dense-path element); "wire" bytes are what the collectives put
+// on the wire from this rank (allgather forwards others' messages; a ring allreduce sends
+// 2(N-1)/N of its buffer).
+struct ExchangeBytes {
+  uint64_t message = 0;         // this worker's compressed message + dense-path floats
+  uint64_t dense_gradient = 0;  // 4 bytes x every element of every tensor (the paper's baseline)
+  uint64_t wire_sent = 0;       // bytes this rank sent in the collectives
+  uint64_t wire_received = 0;
+  uint64_t dense_wire_sent = 0;  // what a dense ring allreduce of the whole gradient would send
+  ExchangeBytes& operator+=(const ExchangeBytes& other);
+};
+
+// Start-up handshake: every rank checks that all ranks have the same world size, the same layout
+// (names, shapes, paths, order) and the same settings. On any difference every rank throws
+// dgc::MismatchError naming the first difference and the ranks involved.
+void handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
+               const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout);
+
+// Overwrites every rank's `parameters` with rank 0's.
+void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
+                          comm::Timeout timeout = comm::kDefaultTimeout);
+
+class Exchange {
+ public:
+  // Runs the handshake. `comm` must outlive the Exchange.
+  Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout, ExchangeOptions options);
+
+  const std::vector<TensorSpec>& layout() const { return layout_; }
+  // Indices into layout() of the compressed and dense tensors, in layout order.
+  const std::vector<size_t>& compressed_tensors() const { return compressed_; }
+  const std::vector<size_t>& dense_tensors() const { return dense_; }
+
+  // One iteration.
+  //   selections[i]: this rank's selection for compressed tensor i (compressed_tensors()[i]).
+  //   updates[i]:    output for compressed tensor i; overwritten with sum over ranks / N.
+  //   dense_flat:    the dense-path gradients concatenated in layout order; replaced in place by
+  //                  their average over ranks.
+  // Throws dgc::CommError / dgc::DecodeError; on a DecodeError it names the sending rank.
+  void run(uint64_t iteration, std::span<const Selection> selections,
+           std::span<const std::span<float>> updates, std::span<float> dense_flat);
+
+  const ExchangeBytes& last() const { return last_; }
+  const ExchangeBytes& total() const { return total_; }
+
+ private:
+  comm::Communicator& comm_;
+  std::vector<TensorSpec> layout_;
+  ExchangeOptions options_;
+  std::vector<size_t> compressed_;
+  std::vector<size_t> dense_;
+  std::vector<uint64_t> compressed_numels_;
+  std::vector<uint8_t> message_;
+  ExchangeBytes last_;
+  ExchangeBytes total_;
+};
+
+}  // namespace dgc
