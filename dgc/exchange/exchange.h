@@ -78,9 +78,16 @@ class Exchange {
   //   updates[i]:    output for compressed tensor i; overwritten with sum over ranks / N.
   //   dense_flat:    the dense-path gradients concatenated in layout order; replaced in place by
   //                  their average over ranks.
+  //   local_ok:      false if this rank's gradient was bad (non-finite). The flag travels with
+  //                  the dense allreduce (one extra float, so that allreduce runs every iteration)
+  //                  and every rank learns how many ranks flagged.
+  // Returns the number of ranks that passed local_ok == false; when > 0 every rank gets the same
+  // count and must not apply the outputs (they are unspecified). A rank that flags still takes
+  // part in the collectives so nobody hangs.
   // Throws dgc::CommError / dgc::DecodeError; on a DecodeError it names the sending rank.
-  void run(uint64_t iteration, std::span<const Selection> selections,
-           std::span<const std::span<float>> updates, std::span<float> dense_flat);
+  int run(uint64_t iteration, std::span<const Selection> selections,
+          std::span<const std::span<float>> updates, std::span<float> dense_flat,
+          bool local_ok = true);
 
   const ExchangeBytes& last() const { return last_; }
   const ExchangeBytes& total() const { return total_; }
