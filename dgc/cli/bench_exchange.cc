@@ -1,0 +1,591 @@
+// dgc bench exchange: the DGC exchange vs a dense allreduce of the same gradient, in the same run.
+//
+// What is measured, per rank:
+//   - a gradient of `numel` floats for one compressed tensor (shape {numel}, compressed path; the
+//     default 25,557,032 is ResNet-50's parameter count) plus an optional dense-path part of
+//     `dense_numel` floats; values are uniform in [-1, 1), a pure function of (seed, rank, index);
+//   - the selection: dgc::select_sampled at the density (the paper's sampled threshold), timed
+//     once and reported as select_seconds, outside the exchange time;
+//   - dgc_seconds: Exchange::run (encode, allgatherv, decode-add, the dense allreduce with the
+//     bad-gradient flag), `repeats` timed iterations after `warmup` untimed ones, a barrier before
+//     each; per iteration the slowest rank's time, then the median over iterations;
+//   - dense_seconds: allreduce_sum of the whole gradient (numel + dense_numel floats), same
+//     timing rule, `dense_repeats` iterations after one untimed one.
+// Verification (outside timing): every rank regenerates every rank's gradient from the seeds,
+// repeats its selection, and checks its exchange output against the directly computed
+// sum / N (and that every position no rank selected is exactly zero); the dense allreduce result
+// is checked against the directly computed sum. Any mismatch fails the command after printing.
+//
+// Launch: N worker threads in this process over Gloo (default); one rank per process under
+// mpirun (MPI) or with torchrun variables (Gloo over TCP). Rank 0 prints.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dgc/cli/commands.h"
+#include "dgc/comm/communicator.h"
+#include "dgc/comm/launch.h"
+#include "dgc/core/compressor.h"
+#include "dgc/core/error.h"
+#include "dgc/core/options.h"
+#include "dgc/core/policy.h"
+#include "dgc/core/selection.h"
+#include "dgc/exchange/exchange.h"
+
+namespace dgc::cli {
+namespace {
+
+struct BenchExchangeOptions {
+  // "gloo" or "mpi"; empty: mpi under mpirun, gloo otherwise.
+  std::string backend;
+  // Worker threads in local mode. In multi-process mode the world size comes from the launcher
+  // (0 here: take it; otherwise it must match).
+  int workers = 0;
+  int64_t numel = 25'557'032;  // elements of the compressed tensor (ResNet-50's parameter count)
+  int64_t dense_numel = 0;     // elements of the dense-path part (0: none)
+  double density = 0.001;      // d: fraction of the compressed tensor each rank sends
+  std::string value_type = "fp32";  // wire type of the values: fp32 | fp16 | bf16
+  int repeats = 20;                 // timed DGC exchange iterations
+  int warmup = 2;                   // untimed DGC exchange iterations before them
+  int dense_repeats = 3;            // timed dense allreduces (after one untimed)
+  uint64_t seed = 1;                // seeds the gradients and the sampling
+  double bandwidth_gbit = 0.0;      // > 0: report wire-time bounds at this link rate
+  std::string hostname;             // Gloo: address to bind (empty: from the rendezvous)
+  double timeout_seconds = 120.0;   // per collective and for rendezvous
+  bool json = false;                // one JSON object per line instead of a table
+};
+
+constexpr int kDefaultLocalWorkers = 4;
+
+// splitmix64's finalizer: a bijective 64-bit mix.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t gradient_stream(uint64_t seed, int rank) {
+  return mix64(mix64(seed) ^ (0x632be59bd9b4e019ULL * (static_cast<uint64_t>(rank) + 1)));
+}
+
+// Gradient element `index` of rank `stream`: uniform in [-1, 1) on a 2^-23 grid.
+float gradient_value(uint64_t stream, uint64_t index) {
+  const uint64_t h = mix64(stream + index * 0xd1b54a32d192ed03ULL);
+  return static_cast<float>(static_cast<int32_t>(h >> 40) - (1 << 23)) * 0x1p-23f;
+}
+
+void fill_gradient(uint64_t seed, int rank, std::span<float> out) {
+  const uint64_t stream = gradient_stream(seed, rank);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = gradient_value(stream, i);
+}
+
+std::mt19937_64 selection_rng(uint64_t seed, int rank) {
+  return std::mt19937_64(mix64(gradient_stream(seed, rank) ^ 0x5e1ec7ULL));
+}
+
+ValueType parse_value_type(const std::string& name) {
+  if (name == "fp32") return ValueType::kFloat32;
+  if (name == "fp16") return ValueType::kFloat16;
+  if (name == "bf16") return ValueType::kBFloat16;
+  throw InvalidArgument("--value-type must be fp32, fp16 or bf16, got '" + name + "'");
+}
+
+// The selection rank `rank` makes on its gradient (a pure function of seed and rank).
+void select_for_rank(const BenchExchangeOptions& o, int rank, std::span<const float> gradient,
+                     Selection& out) {
+  std::mt19937_64 rng = selection_rng(o.seed, rank);
+  select_sampled(gradient, target_count(gradient.size(), o.density), o.density, SelectionOptions{},
+                 rng, out);
+}
+
+template <typename T>
+std::vector<std::vector<T>> gather_all(comm::Communicator& comm, std::span<const T> values,
+                                       comm::Timeout timeout) {
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(values.data()),
+                                       values.size_bytes());
+  std::vector<std::vector<uint8_t>> messages = comm.allgatherv(bytes, timeout);
+  std::vector<std::vector<T>> out(messages.size());
+  for (size_t r = 0; r < messages.size(); ++r) {
+    DGC_CHECK_EQ(messages[r].size() % sizeof(T), size_t{0}, "gathered message from rank ", r,
+                 " is not a whole number of elements");
+    out[r].resize(messages[r].size() / sizeof(T));
+    std::memcpy(out[r].data(), messages[r].data(), messages[r].size());
+  }
+  return out;
+}
+
+double median(std::vector<double> values) {
+  DGC_CHECK(!values.empty(), "median of no values");
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Per iteration the slowest rank's time; then median and minimum over iterations.
+std::pair<double, double> slowest_rank_stats(comm::Communicator& comm,
+                                             const std::vector<double>& local,
+                                             comm::Timeout timeout) {
+  const auto all = gather_all<double>(comm, local, timeout);
+  std::vector<double> slowest(local.size(), 0.0);
+  for (const auto& times : all) {
+    DGC_CHECK_EQ(times.size(), local.size(), "ranks timed different numbers of iterations");
+    for (size_t i = 0; i < times.size(); ++i) slowest[i] = std::max(slowest[i], times[i]);
+  }
+  return {median(slowest), *std::min_element(slowest.begin(), slowest.end())};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Everything rank 0 prints; computed collectively, so identical on every rank.
+struct Result {
+  std::string backend;
+  std::string launch;
+  int workers = 0;
+  int64_t numel = 0;
+  int64_t dense_numel = 0;
+  double density = 0.0;
+  std::string value_type;
+  uint64_t selected_per_rank = 0;  // max over ranks
+  int repeats = 0;
+  int dense_repeats = 0;
+  double select_seconds = 0.0;  // slowest rank's selection time
+  double dgc_seconds = 0.0;
+  double dgc_seconds_min = 0.0;
+  double dense_seconds = 0.0;
+  double dense_seconds_min = 0.0;
+  uint64_t message_bytes = 0;         // max over ranks: encoded message + dense-path floats
+  uint64_t dense_gradient_bytes = 0;  // 4 x every element
+  uint64_t bytes_sent_per_rank = 0;   // DGC wire bytes sent, max over ranks, per iteration
+  uint64_t bytes_received_per_rank = 0;
+  uint64_t busiest_link_bytes = 0;  // max over ranks and directions (star network)
+  uint64_t dense_bytes_per_rank = 0;
+  uint64_t dense_busiest_link_bytes = 0;
+  bool verified = false;
+  bool dense_verified = false;
+  int64_t mismatches = 0;  // summed over ranks (DGC and dense)
+};
+
+// Checks this rank's exchange outputs against the directly computed sum over all ranks' selections
+// / N, and that every position nobody selected is zero. Returns the number of mismatches.
+int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_rank,
+                        const Selection& my_selection, std::span<const float> update,
+                        std::span<const float> dense_part, std::span<float> scratch) {
+  const ValueType type = parse_value_type(o.value_type);
+  struct Contribution {
+    uint32_t index;
+    float value;
+  };
+  std::vector<Contribution> all;
+  Selection peer;
+  for (int r = 0; r < world_size; ++r) {
+    const Selection* sel = &my_selection;
+    if (r != my_rank) {
+      fill_gradient(o.seed, r, scratch);
+      select_for_rank(o, r, scratch, peer);
+      sel = &peer;
+    }
+    for (size_t i = 0; i < sel->indices.size(); ++i) {
+      all.push_back({sel->indices[i], round_to(sel->values[i], type)});
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Contribution& a, const Contribution& b) { return a.index < b.index; });
+
+  int64_t mismatches = 0;
+  const double inv_n = 1.0 / world_size;
+  size_t next = 0;  // first position not yet checked
+  for (size_t i = 0; i < all.size();) {
+    const uint32_t index = all[i].index;
+    double sum = 0.0;
+    double magnitude = 0.0;
+    for (; i < all.size() && all[i].index == index; ++i) {
+      sum += all[i].value;
+      magnitude += std::fabs(all[i].value);
+    }
+    for (; next < index; ++next) mismatches += update[next] != 0.0f;
+    const double expected = sum * inv_n;
+    const double tolerance = 1e-6 * magnitude * inv_n + 1e-30;
+    mismatches += !(std::fabs(update[index] - expected) <= tolerance);
+    next = index + 1;
+  }
+  for (; next < update.size(); ++next) mismatches += update[next] != 0.0f;
+
+  // Dense-path part: the average over ranks.
+  for (size_t j = 0; j < dense_part.size(); ++j) {
+    const uint64_t position = static_cast<uint64_t>(o.numel) + j;
+    double sum = 0.0;
+    double magnitude = 0.0;
+    for (int r = 0; r < world_size; ++r) {
+      const float g = gradient_value(gradient_stream(o.seed, r), position);
+      sum += g;
+      magnitude += std::fabs(g);
+    }
+    mismatches += !(std::fabs(dense_part[j] - sum * inv_n) <= 1e-6 * magnitude * inv_n + 1e-30);
+  }
+  return mismatches;
+}
+
+// Checks the dense allreduce result against the directly computed sum. Returns mismatches.
+int64_t verify_dense(const BenchExchangeOptions& o, int world_size, std::span<const float> summed) {
+  std::vector<uint64_t> streams(world_size);
+  for (int r = 0; r < world_size; ++r) streams[r] = gradient_stream(o.seed, r);
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < summed.size(); ++i) {
+    double sum = 0.0;
+    double magnitude = 0.0;
+    for (int r = 0; r < world_size; ++r) {
+      const float g = gradient_value(streams[r], i);
+      sum += g;
+      magnitude += std::fabs(g);
+    }
+    mismatches += !(std::fabs(summed[i] - sum) <= 1e-6 * magnitude + 1e-30);
+  }
+  return mismatches;
+}
+
+Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
+                const std::string& launch) {
+  const comm::Timeout timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+  const int n = comm.size();
+  const int rank = comm.rank();
+  const auto numel = static_cast<size_t>(o.numel);
+  const auto dense_numel = static_cast<size_t>(o.dense_numel);
+
+  // The gradient: compressed tensor first, then the dense-path part, one buffer.
+  std::vector<float> gradient(numel + dense_numel);
+  fill_gradient(o.seed, rank, gradient);
+  const std::span<const float> compressed_grad(gradient.data(), numel);
+
+  Selection selection;
+  auto start = std::chrono::steady_clock::now();
+  select_for_rank(o, rank, compressed_grad, selection);
+  const double select_seconds = seconds_since(start);
+
+  std::vector<TensorSpec> layout;
+  layout.push_back({"compressed", {o.numel}, TensorPath::kCompressed});
+  if (dense_numel > 0) layout.push_back({"dense", {o.dense_numel}, TensorPath::kDense});
+  ExchangeOptions exchange_options;
+  exchange_options.value_type = parse_value_type(o.value_type);
+  exchange_options.timeout = timeout;
+  exchange_options.settings = nlohmann::json({{"density", o.density},
+                                              {"value_type", o.value_type},
+                                              {"seed", o.seed},
+                                              {"repeats", o.repeats},
+                                              {"warmup", o.warmup}})
+                                  .dump();
+  Exchange exchange(comm, layout, exchange_options);
+
+  std::vector<float> update(numel);
+  std::vector<float> dense_flat(dense_numel);
+  const std::span<float> update_span(update);
+  const std::span<const std::span<float>> updates(&update_span, 1);
+  const std::span<const Selection> selections(&selection, 1);
+  const std::span<const float> dense_grad(gradient.data() + numel, dense_numel);
+
+  uint64_t iteration = 0;
+  std::vector<double> dgc_times;
+  int bad_ranks = 0;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    std::copy(dense_grad.begin(), dense_grad.end(), dense_flat.begin());
+    comm.barrier(timeout);
+    start = std::chrono::steady_clock::now();
+    bad_ranks += exchange.run(iteration++, selections, updates, dense_flat);
+    const double seconds = seconds_since(start);
+    if (i >= o.warmup) dgc_times.push_back(seconds);
+  }
+  DGC_CHECK_EQ(bad_ranks, 0, "no rank flags its gradient in this benchmark");
+  const ExchangeBytes dgc_bytes = exchange.last();
+
+  // Dense baseline: allreduce of the whole gradient, a fresh copy each time.
+  std::vector<float> dense(gradient.size());
+  std::vector<double> dense_times;
+  uint64_t dense_sent = 0;
+  uint64_t dense_received = 0;
+  for (int i = 0; i < 1 + o.dense_repeats; ++i) {
+    std::copy(gradient.begin(), gradient.end(), dense.begin());
+    comm.barrier(timeout);
+    const comm::ByteCounters before = comm.bytes();
+    start = std::chrono::steady_clock::now();
+    comm.allreduce_sum(dense, timeout);
+    const double seconds = seconds_since(start);
+    if (i >= 1) {
+      dense_times.push_back(seconds);
+      dense_sent += comm.bytes().sent - before.sent;
+      dense_received += comm.bytes().received - before.received;
+    }
+  }
+  dense_sent /= o.dense_repeats;
+  dense_received /= o.dense_repeats;
+
+  // Verification, outside timing. `gradient` is free now: it serves as scratch for peers.
+  int64_t dense_mismatches = verify_dense(o, n, dense);
+  dense = {};
+  int64_t dgc_mismatches =
+      verify_exchange(o, n, rank, selection, update, dense_flat, std::span<float>(gradient));
+
+  // Combine over ranks.
+  Result res;
+  res.backend = comm.backend();
+  res.launch = launch;
+  res.workers = n;
+  res.numel = o.numel;
+  res.dense_numel = o.dense_numel;
+  res.density = o.density;
+  res.value_type = o.value_type;
+  res.repeats = o.repeats;
+  res.dense_repeats = o.dense_repeats;
+  std::tie(res.dgc_seconds, res.dgc_seconds_min) = slowest_rank_stats(comm, dgc_times, timeout);
+  std::tie(res.dense_seconds, res.dense_seconds_min) =
+      slowest_rank_stats(comm, dense_times, timeout);
+  res.select_seconds = slowest_rank_stats(comm, {select_seconds}, timeout).first;
+
+  const std::vector<uint64_t> mine = {selection.indices.size(),
+                                      dgc_bytes.message,
+                                      dgc_bytes.dense_gradient,
+                                      dgc_bytes.wire_sent,
+                                      dgc_bytes.wire_received,
+                                      dense_sent,
+                                      dense_received,
+                                      static_cast<uint64_t>(dgc_mismatches),
+                                      static_cast<uint64_t>(dense_mismatches)};
+  uint64_t dgc_bad = 0;
+  uint64_t dense_bad = 0;
+  for (const auto& v : gather_all<uint64_t>(comm, mine, timeout)) {
+    DGC_CHECK_EQ(v.size(), mine.size(), "ranks gathered different statistics");
+    res.selected_per_rank = std::max(res.selected_per_rank, v[0]);
+    res.message_bytes = std::max(res.message_bytes, v[1]);
+    res.dense_gradient_bytes = std::max(res.dense_gradient_bytes, v[2]);
+    res.bytes_sent_per_rank = std::max(res.bytes_sent_per_rank, v[3]);
+    res.bytes_received_per_rank = std::max(res.bytes_received_per_rank, v[4]);
+    res.busiest_link_bytes = std::max({res.busiest_link_bytes, v[3], v[4]});
+    res.dense_bytes_per_rank = std::max(res.dense_bytes_per_rank, v[5]);
+    res.dense_busiest_link_bytes = std::max({res.dense_busiest_link_bytes, v[5], v[6]});
+    dgc_bad += v[7];
+    dense_bad += v[8];
+  }
+  res.verified = dgc_bad == 0;
+  res.dense_verified = dense_bad == 0;
+  res.mismatches = static_cast<int64_t>(dgc_bad + dense_bad);
+  return res;
+}
+
+std::string layout_description(const Result& r) {
+  std::string text = "1 compressed tensor [" + std::to_string(r.numel) + "]";
+  if (r.dense_numel > 0) text += " + 1 dense tensor [" + std::to_string(r.dense_numel) + "]";
+  return text;
+}
+
+void print_result(const Result& r, const BenchExchangeOptions& o) {
+  const double speedup = r.dgc_seconds > 0 ? r.dense_seconds / r.dgc_seconds : 0.0;
+  const double ratio =
+      r.message_bytes > 0 ? static_cast<double>(r.dense_gradient_bytes) / r.message_bytes : 0.0;
+  const double bytes_per_second = o.bandwidth_gbit * 1e9 / 8.0;
+  if (o.json) {
+    nlohmann::json j = {{"benchmark", "exchange"},
+                        {"backend", r.backend},
+                        {"launch", r.launch},
+                        {"workers", r.workers},
+                        {"numel", r.numel},
+                        {"dense_numel", r.dense_numel},
+                        {"layout", layout_description(r)},
+                        {"density", r.density},
+                        {"value_type", r.value_type},
+                        {"selected_per_rank", r.selected_per_rank},
+                        {"repeats", r.repeats},
+                        {"dense_repeats", r.dense_repeats},
+                        {"select_seconds", r.select_seconds},
+                        {"dgc_seconds", r.dgc_seconds},
+                        {"dgc_seconds_min", r.dgc_seconds_min},
+                        {"dense_seconds", r.dense_seconds},
+                        {"dense_seconds_min", r.dense_seconds_min},
+                        {"speedup", speedup},
+                        {"message_bytes", r.message_bytes},
+                        {"dense_gradient_bytes", r.dense_gradient_bytes},
+                        {"compression_ratio", ratio},
+                        {"bytes_sent_per_rank", r.bytes_sent_per_rank},
+                        {"bytes_received_per_rank", r.bytes_received_per_rank},
+                        {"busiest_link_bytes", r.busiest_link_bytes},
+                        {"dense_bytes_per_rank", r.dense_bytes_per_rank},
+                        {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
+                        {"verified", r.verified},
+                        {"dense_verified", r.dense_verified}};
+    if (o.bandwidth_gbit > 0) {
+      j["bandwidth_gbit"] = o.bandwidth_gbit;
+      j["wire_bound_seconds"] = r.busiest_link_bytes / bytes_per_second;
+      j["dense_wire_bound_seconds"] = r.dense_busiest_link_bytes / bytes_per_second;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("dgc bench exchange: %s, %d ranks (%s), %s, density %g, values %s\n",
+                r.backend.c_str(), r.workers, r.launch.c_str(), layout_description(r).c_str(),
+                r.density, r.value_type.c_str());
+    std::printf("  selected per rank      %llu elements (selection %.4f s, not in the times)\n",
+                static_cast<unsigned long long>(r.selected_per_rank), r.select_seconds);
+    std::printf("  %-22s %12s %12s %14s %14s\n", "", "median s", "min s", "wire sent B",
+                "busiest link B");
+    std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "DGC exchange", r.dgc_seconds,
+                r.dgc_seconds_min, static_cast<unsigned long long>(r.bytes_sent_per_rank),
+                static_cast<unsigned long long>(r.busiest_link_bytes));
+    std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "dense allreduce", r.dense_seconds,
+                r.dense_seconds_min, static_cast<unsigned long long>(r.dense_bytes_per_rank),
+                static_cast<unsigned long long>(r.dense_busiest_link_bytes));
+    std::printf(
+        "  speedup %.1fx; message %llu B vs dense gradient %llu B: compression ratio %.1fx\n",
+        speedup, static_cast<unsigned long long>(r.message_bytes),
+        static_cast<unsigned long long>(r.dense_gradient_bytes), ratio);
+    if (o.bandwidth_gbit > 0) {
+      std::printf("  wire-time bound at %g Gbit/s: DGC %.6f s, dense %.6f s\n", o.bandwidth_gbit,
+                  r.busiest_link_bytes / bytes_per_second,
+                  r.dense_busiest_link_bytes / bytes_per_second);
+    }
+    std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)\n",
+                r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
+                static_cast<long long>(r.mismatches));
+  }
+  std::fflush(stdout);
+}
+
+void validate(const BenchExchangeOptions& o) {
+  DGC_CHECK_GT(o.numel, 0, "--numel must be positive");
+  DGC_CHECK_LE(o.numel, int64_t{1} << 32, "--numel must fit 32-bit indices");
+  DGC_CHECK_GE(o.dense_numel, 0, "--dense-numel must be >= 0");
+  DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "--density must be in (0, 1], got ", o.density);
+  DGC_CHECK_GE(o.repeats, 1, "--repeats must be >= 1");
+  DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
+  DGC_CHECK_GE(o.dense_repeats, 1, "--dense-repeats must be >= 1");
+  DGC_CHECK_GE(o.bandwidth_gbit, 0.0, "--bandwidth-gbit must be >= 0");
+  DGC_CHECK_GT(o.timeout_seconds, 0.0, "--timeout must be positive");
+  DGC_CHECK_GE(o.workers, 0, "--workers must be positive");
+  parse_value_type(o.value_type);
+}
+
+void run_bench_exchange(const BenchExchangeOptions& o) {
+  validate(o);
+  const comm::LaunchEnv env = comm::detect_launch();
+  comm::GlooOptions gloo;
+  gloo.hostname = o.hostname;
+  gloo.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+
+  std::optional<comm::Backend> backend;
+  if (!o.backend.empty()) backend = comm::parse_backend(o.backend);
+
+  if (env.kind == comm::LaunchEnv::Kind::kLocal) {
+    if (backend == comm::Backend::kMpi) {
+      throw InvalidArgument(
+          "--backend mpi needs one process per rank: run under `mpirun -np N dgc bench exchange "
+          "--backend mpi`");
+    }
+    const int workers = o.workers > 0 ? o.workers : kDefaultLocalWorkers;
+    std::optional<Result> result;
+    std::mutex mutex;
+    comm::run_local(workers, gloo, [&](comm::Communicator& comm) {
+      Result r = run_rank(comm, o, "local");
+      if (comm.rank() == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        result = std::move(r);
+      }
+    });
+    DGC_CHECK(result.has_value(), "rank 0 produced no result");
+    print_result(*result, o);
+    if (!result->verified || !result->dense_verified) {
+      throw Error("bench exchange: verification failed (" + std::to_string(result->mismatches) +
+                  " mismatched elements over all ranks)");
+    }
+    return;
+  }
+
+  std::unique_ptr<comm::Communicator> comm;
+  std::string launch;
+  if (env.kind == comm::LaunchEnv::Kind::kMpi) {
+    if (backend == comm::Backend::kGloo) {
+      throw InvalidArgument(
+          "under mpirun this benchmark uses MPI; for Gloo with one process per rank set "
+          "MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (torchrun style) instead");
+    }
+    comm = comm::connect_mpi(gloo.timeout);
+    launch = "mpi";
+  } else {
+    if (backend == comm::Backend::kMpi) {
+      throw InvalidArgument(
+          "--backend mpi given but the torchrun variables are set; run under mpirun instead");
+    }
+    comm = comm::connect_gloo_tcp(env.master_addr, env.master_port, env.rank, env.world_size, gloo);
+    launch = "torchrun";
+  }
+  if (o.workers > 0 && o.workers != comm->size()) {
+    throw InvalidArgument("--workers " + std::to_string(o.workers) +
+                          " does not match the launcher's world size " +
+                          std::to_string(comm->size()));
+  }
+  const Result result = run_rank(*comm, o, launch);
+  if (comm->rank() == 0) print_result(result, o);
+  if (!result.verified || !result.dense_verified) {
+    throw Error("bench exchange: verification failed (" + std::to_string(result.mismatches) +
+                " mismatched elements over all ranks)");
+  }
+}
+
+}  // namespace
+
+void add_bench_exchange(CLI::App& bench) {
+  auto options = std::make_shared<BenchExchangeOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "exchange",
+      "DGC exchange vs dense allreduce of the same gradient, same run (local threads, mpirun or "
+      "torchrun variables)");
+  cmd->add_option("--backend", options->backend,
+                  "gloo | mpi (default: mpi under mpirun, gloo otherwise)")
+      ->check(CLI::IsMember({"gloo", "mpi"}));
+  cmd->add_option("--workers", options->workers,
+                  "Ranks as threads in this process (default 4); under a launcher: must equal "
+                  "the world size if given");
+  cmd->add_option("--numel", options->numel,
+                  "Elements of the compressed tensor (default: ResNet-50's 25,557,032)")
+      ->capture_default_str();
+  cmd->add_option("--dense-numel", options->dense_numel,
+                  "Elements of an extra dense-path tensor (allreduced inside the exchange)")
+      ->capture_default_str();
+  cmd->add_option("--density", options->density, "Fraction of elements each rank sends")
+      ->capture_default_str();
+  cmd->add_option("--value-type", options->value_type, "Wire type of values: fp32 | fp16 | bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  cmd->add_option("--repeats", options->repeats, "Timed DGC exchange iterations (median reported)")
+      ->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "Untimed DGC exchange iterations before those")
+      ->capture_default_str();
+  cmd->add_option("--dense-repeats", options->dense_repeats,
+                  "Timed dense allreduces (after one untimed)")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seeds the gradients and the sampling")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-gbit", options->bandwidth_gbit,
+                  "Link rate in Gbit/s: report wire-time bounds (busiest link bytes / rate)");
+  cmd->add_option("--hostname", options->hostname,
+                  "Gloo: address to bind for data connections (e.g. this network namespace's)");
+  cmd->add_option("--timeout", options->timeout_seconds,
+                  "Seconds per collective and for the rendezvous")
+      ->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object per line");
+  cmd->callback([options] { run_bench_exchange(*options); });
+}
+
+}  // namespace dgc::cli
