@@ -1,0 +1,391 @@
+// dgc train: data-parallel training of an image classifier on Fashion-MNIST, with DGC or dense.
+//
+// Launch: N local worker threads (default), `mpirun -np N dgc train` (MPI, or Gloo with
+// --rendezvous DIR), or torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+// Flags map one to one onto dgc::train::TrainOptions / OptimizerOptions; defaults are theirs.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dgc/cli/commands.h"
+#include "dgc/comm/launch.h"
+#include "dgc/core/error.h"
+#include "dgc/train/data.h"
+#include "dgc/train/progress.h"
+#include "dgc/train/trainer.h"
+
+namespace dgc::cli {
+namespace {
+
+using train::format_bytes;
+using train::format_duration;
+
+struct TrainCommand {
+  train::TrainOptions options;
+  std::string data = train::kDefaultDataDir;
+  int workers = 4;
+  std::string backend = "auto";
+  std::string rendezvous;
+  std::string compression = "dgc";
+  std::string selection = "sampled";
+  std::string value_type = "fp32";
+  std::string lr_decay = "cosine";
+  std::string metrics;
+  double timeout_seconds = 60.0;
+};
+
+SelectionMethod parse_selection(const std::string& name) {
+  if (name == "sampled") return SelectionMethod::kSampled;
+  if (name == "exact") return SelectionMethod::kExact;
+  throw InvalidArgument("unknown --selection '" + name + "': expected sampled or exact");
+}
+
+ValueType parse_value_type(const std::string& name) {
+  if (name == "fp32") return ValueType::kFloat32;
+  if (name == "fp16") return ValueType::kFloat16;
+  if (name == "bf16") return ValueType::kBFloat16;
+  throw InvalidArgument("unknown --value-type '" + name + "': expected fp32, fp16 or bf16");
+}
+
+LearningRateSchedule::Decay parse_decay(const std::string& name) {
+  if (name == "cosine") return LearningRateSchedule::Decay::kCosine;
+  if (name == "constant") return LearningRateSchedule::Decay::kConstant;
+  throw InvalidArgument("unknown --lr-decay '" + name + "': expected cosine or constant");
+}
+
+double ratio(uint64_t dense, uint64_t message) {
+  return message > 0 ? static_cast<double>(dense) / static_cast<double>(message) : 0.0;
+}
+
+// Workers sharing this host's cores: all of them for local threads, else what the launcher says.
+int local_workers(const comm::LaunchEnv& env, int workers) {
+  if (env.kind == comm::LaunchEnv::Kind::kLocal) return workers;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"}) {
+    if (const char* value = std::getenv(name)) {
+      const int n = std::atoi(value);
+      if (n > 0) return n;
+    }
+  }
+  return 1;
+}
+
+const char* launch_name(comm::LaunchEnv::Kind kind) {
+  switch (kind) {
+    case comm::LaunchEnv::Kind::kMpi:
+      return "mpirun";
+    case comm::LaunchEnv::Kind::kTorchrun:
+      return "torchrun-style";
+    case comm::LaunchEnv::Kind::kLocal:
+      break;
+  }
+  return "local threads";
+}
+
+nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compression, int workers) {
+  return {{"epoch", m.epoch},
+          {"train_loss", m.train_loss},
+          {"test_loss", m.test_loss},
+          {"test_accuracy", m.test_accuracy},
+          {"lr", m.lr},
+          {"density", m.density},
+          {"bytes_sent", m.bytes.message},
+          {"dense_bytes", m.bytes.dense_gradient},
+          {"compression_ratio", m.compression_ratio},
+          {"wire_bytes_sent", m.bytes.wire_sent},
+          {"dense_wire_bytes", m.bytes.dense_wire_sent},
+          {"seconds", m.seconds},
+          {"compression", compression},
+          {"workers", workers}};
+}
+
+void run(const TrainCommand& cmd, bool workers_given) {
+  train::TrainOptions options = cmd.options;
+  auto& opt = options.optimizer;
+  opt.compression = train::parse_compression(cmd.compression);
+  opt.compressor.selection.method = parse_selection(cmd.selection);
+  opt.compressor.value_type = parse_value_type(cmd.value_type);
+  opt.lr.decay = parse_decay(cmd.lr_decay);
+  opt.compressor.seed = options.seed;
+  DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
+  opt.timeout = comm::Timeout(static_cast<int64_t>(cmd.timeout_seconds * 1000));
+  if (options.resume && options.checkpoint.empty()) {
+    throw InvalidArgument("--resume needs --checkpoint PATH (the prefix the run wrote)");
+  }
+
+  const comm::LaunchEnv env = comm::detect_launch();
+  int workers = cmd.workers;
+  if (env.kind != comm::LaunchEnv::Kind::kLocal) {
+    if (workers_given && cmd.workers != env.world_size) {
+      throw InvalidArgument(detail::concat("--workers ", cmd.workers, " but the launcher started ",
+                                           env.world_size, " processes; drop --workers"));
+    }
+    workers = env.world_size;
+  }
+  DGC_CHECK_GE(workers, 1, "--workers");
+  if (options.threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    options.threads = std::max(1, cores / local_workers(env, workers));
+  }
+
+  const auto train_set = train::load_fashion_mnist(cmd.data, train::Split::kTrain);
+  const auto test_set = train::load_fashion_mnist(cmd.data, train::Split::kTest);
+
+  const bool terminal = isatty(fileno(stdout)) != 0;
+  std::mutex print_mutex;  // rank 0 prints; errors may come from any thread
+  train::ProgressPrinter printer(stdout, terminal);
+  std::unique_ptr<std::ofstream> metrics_file;
+
+  auto run_rank = [&](comm::Communicator& comm) {
+    train::TrainCallbacks callbacks;
+    if (comm.rank() == 0) {
+      if (!cmd.metrics.empty()) {
+        metrics_file = std::make_unique<std::ofstream>(
+            cmd.metrics, options.resume ? std::ios::app : std::ios::trunc);
+        if (!*metrics_file) throw DataError("cannot open --metrics file " + cmd.metrics);
+      }
+      callbacks.on_start = [&](const train::RunInfo& info) {
+        std::printf(
+            "dgc train: %s, %lld parameters (%lld in %lld compressed tensors, %lld dense "
+            "tensors)\n"
+            "  %d workers (%s, %s), batch %lld per worker, %lld iterations per epoch, %d epochs\n",
+            options.model.c_str(), static_cast<long long>(info.parameters),
+            static_cast<long long>(info.compressed_parameters),
+            static_cast<long long>(info.compressed_tensors),
+            static_cast<long long>(info.dense_tensors), info.world_size, launch_name(env.kind),
+            comm.backend().c_str(), static_cast<long long>(options.batch_size),
+            static_cast<long long>(info.iterations_per_epoch), options.epochs);
+        if (opt.compression == train::Compression::kDgc) {
+          std::printf("  compression dgc: density %g after %g warm-up epoch(s) (%lld iterations)\n",
+                      opt.density.density, opt.density.warmup_epochs,
+                      static_cast<long long>(info.warmup_iterations));
+        } else {
+          std::printf("  compression none (dense baseline)\n");
+        }
+        std::printf(
+            "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
+            cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
+            opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay,
+            opt.clip_norm > 0 ? (", clip norm " + std::to_string(opt.clip_norm)).c_str() : "");
+        if (info.start_epoch > 0) {
+          std::printf("  resumed from %s after epoch %d\n",
+                      train::checkpoint_path(options.checkpoint, 0).c_str(), info.start_epoch);
+        }
+        std::fflush(stdout);
+      };
+      callbacks.on_progress = [&](const train::Progress& p) {
+        std::lock_guard<std::mutex> lock(print_mutex);
+        printer.update(p);
+      };
+      callbacks.on_epoch = [&](const train::EpochMetrics& m) {
+        std::lock_guard<std::mutex> lock(print_mutex);
+        printer.epoch(m);
+        if (metrics_file) {
+          *metrics_file << to_json(m, cmd.compression, workers).dump() << "\n";
+          metrics_file->flush();
+        }
+      };
+    }
+    try {
+      train::Trainer trainer(comm, options, train_set, test_set);
+      const auto s = trainer.run(callbacks);
+      if (comm.rank() != 0) return;
+      std::lock_guard<std::mutex> lock(print_mutex);
+      printer.break_line();
+      std::printf("result: test accuracy %.2f%% after %d epochs (%s, %d workers, compression %s)\n",
+                  100.0 * s.test_accuracy, options.epochs, options.model.c_str(), s.world_size,
+                  cmd.compression.c_str());
+      std::printf("  sent per worker: %s; dense would have sent %s\n",
+                  format_bytes(static_cast<double>(s.total.message)).c_str(),
+                  format_bytes(static_cast<double>(s.total.dense_gradient)).c_str());
+      std::printf("  compression ratio: %.1fx whole run, %.1fx after warm-up\n",
+                  ratio(s.total.dense_gradient, s.total.message),
+                  ratio(s.post_warmup.dense_gradient, s.post_warmup.message));
+      std::printf(
+          "  on the wire per worker: sent %s, received %s (dense allreduce would send %s)\n",
+          format_bytes(static_cast<double>(s.total.wire_sent)).c_str(),
+          format_bytes(static_cast<double>(s.total.wire_received)).c_str(),
+          format_bytes(static_cast<double>(s.total.dense_wire_sent)).c_str());
+      std::printf("  wall time: %s\n", format_duration(s.seconds).c_str());
+      if (!options.checkpoint.empty()) {
+        std::printf("  checkpoints: %s.rank0 .. .rank%d\n", options.checkpoint.c_str(),
+                    s.world_size - 1);
+      }
+      std::fflush(stdout);
+    } catch (...) {
+      if (comm.rank() == 0) {
+        std::lock_guard<std::mutex> lock(print_mutex);
+        printer.break_line();
+      }
+      throw;
+    }
+  };
+
+  comm::GlooOptions gloo;
+  gloo.timeout = opt.timeout;
+  switch (env.kind) {
+    case comm::LaunchEnv::Kind::kLocal: {
+      if (cmd.backend == "mpi") {
+        throw InvalidArgument("--backend mpi needs mpirun: mpirun -np N dgc train ...");
+      }
+      comm::run_local(workers, gloo, run_rank);
+      break;
+    }
+    case comm::LaunchEnv::Kind::kMpi: {
+      std::unique_ptr<comm::Communicator> comm;
+      if (cmd.backend == "gloo") {
+        if (cmd.rendezvous.empty()) {
+          throw InvalidArgument(
+              "--backend gloo under mpirun needs --rendezvous DIR (a directory all ranks see)");
+        }
+        comm = comm::connect_gloo_file(cmd.rendezvous, env.rank, env.world_size, gloo);
+      } else {
+        comm = comm::connect_mpi(opt.timeout);
+      }
+      run_rank(*comm);
+      break;
+    }
+    case comm::LaunchEnv::Kind::kTorchrun: {
+      if (cmd.backend == "mpi") {
+        throw InvalidArgument("--backend mpi needs mpirun, not torchrun-style variables");
+      }
+      auto comm =
+          comm::connect_gloo_tcp(env.master_addr, env.master_port, env.rank, env.world_size, gloo);
+      run_rank(*comm);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto cmd = std::make_shared<TrainCommand>();
+  auto& o = cmd->options;
+  auto& opt = o.optimizer;
+  CLI::App* sub = app.add_subcommand(
+      "train",
+      "Train an image classifier on Fashion-MNIST with data-parallel SGD, compressed with DGC "
+      "(--compression dgc) or dense (--compression none). Runs --workers local threads, or one "
+      "worker per process under mpirun or with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/"
+      "MASTER_PORT.");
+
+  sub->add_option("--model", o.model, "Model: cnn, mlp or resnet20")
+      ->check(CLI::IsMember({"cnn", "mlp", "resnet20"}))
+      ->capture_default_str();
+  sub->add_option("--data", cmd->data,
+                  "Directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
+                  "(Debian package dataset-fashion-mnist)")
+      ->capture_default_str();
+  sub->add_option("--workers", cmd->workers,
+                  "Local worker threads (ignored under mpirun/torchrun, where each process is one "
+                  "worker)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub->add_option("--backend", cmd->backend, "auto (mpi under mpirun, gloo otherwise), gloo or mpi")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
+      ->capture_default_str();
+  sub->add_option("--rendezvous", cmd->rendezvous,
+                  "Shared directory where Gloo ranks meet under mpirun with --backend gloo");
+  sub->add_option("--timeout", cmd->timeout_seconds, "Timeout of every collective, seconds")
+      ->capture_default_str();
+  sub->add_option("--compression", cmd->compression, "dgc, or none for the dense baseline")
+      ->check(CLI::IsMember({"dgc", "none"}))
+      ->capture_default_str();
+  sub->add_option("--density", opt.density.density,
+                  "Fraction of each compressed tensor sent after warm-up (d)")
+      ->check(CLI::Range(1e-9, 1.0))
+      ->capture_default_str();
+  sub->add_option("--warmup-epochs", opt.density.warmup_epochs,
+                  "Density warm-up: density max(d, 0.25^(s+1)) in warm-up stage s")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--warmup-stage-iterations", opt.density.iterations_per_stage,
+                  "Length of a warm-up stage in iterations (0: one epoch, the paper's)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--momentum", opt.compressor.momentum.momentum, "Momentum m")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_flag("--nesterov,!--no-nesterov", opt.compressor.momentum.nesterov, "Nesterov momentum")
+      ->capture_default_str();
+  sub->add_flag("--masking,!--no-masking", opt.compressor.momentum.masking,
+                "Momentum factor masking (zero the momentum where the velocity was sent)")
+      ->capture_default_str();
+  sub->add_option("--selection", cmd->selection,
+                  "Threshold selection: sampled (the paper's) or exact (top-k)")
+      ->check(CLI::IsMember({"sampled", "exact"}))
+      ->capture_default_str();
+  sub->add_option("--sample-ratio", opt.compressor.selection.sample_ratio,
+                  "Fraction sampled to estimate the threshold")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
+  sub->add_option("--value-type", cmd->value_type, "Wire type of sent values: fp32, fp16, bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  sub->add_option("--min-compress-numel", opt.policy.min_numel,
+                  "Tensors with fewer elements go dense")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_flag("--compress-1d", opt.policy.compress_1d,
+                "Compress 1-D tensors (biases) too; by default they go dense")
+      ->capture_default_str();
+  sub->add_option("--weight-decay", opt.weight_decay,
+                  "L2 weight decay, applied locally after the exchange")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option(
+         "--clip-norm", opt.clip_norm,
+         "Clip gradients at this L2 norm (DGC: locally, at clip-norm / sqrt(workers)); 0 = "
+         "off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--lr", opt.lr.lr, "Base learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,
+                  "Linear learning-rate warm-up (Goyal et al.), epochs")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--lr-decay", cmd->lr_decay,
+                  "After warm-up: cosine (to 0 at the last epoch) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  sub->add_option("--epochs", o.epochs, "Epochs")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  sub->add_option("--batch-size", o.batch_size, "Examples per worker per iteration")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")
+      ->capture_default_str();
+  sub->add_option("--checkpoint", o.checkpoint,
+                  "Checkpoint path prefix: each rank writes PATH.rank<r> after every epoch");
+  sub->add_flag("--resume", o.resume, "Continue the run saved at --checkpoint");
+  sub->add_option(
+      "--metrics", cmd->metrics,
+      "Write one JSON object per epoch to this file (JSON lines; appended on --resume)");
+  sub->add_option("--train-examples", o.train_examples,
+                  "Use only the first N training examples (0 = all 60000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--test-examples", o.test_examples,
+                  "Use only the first N test examples (0 = all 10000)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--threads", o.threads,
+                  "libtorch threads per worker (0: cores / workers on this host)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
+  sub->callback([cmd, sub] { run(*cmd, sub->count("--workers") > 0); });
+}
+
+}  // namespace dgc::cli

@@ -1,0 +1,265 @@
+#include "dgc/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "dgc/core/error.h"
+
+namespace dgc::train {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'G', 'C', 'C', 'K', 'P', 'T', '\0'};
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
+
+template <typename T>
+void append(std::vector<uint8_t>& out, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    out.push_back(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
+  }
+}
+
+void append_string(std::vector<uint8_t>& out, const std::string& s) {
+  append<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+// Bounds-checked reader over the file's bytes; every failure names the file.
+class Reader {
+ public:
+  Reader(const std::string& path, std::span<const uint8_t> bytes) : path_(path), bytes_(bytes) {}
+
+  template <typename T>
+  T take() {
+    need(sizeof(T));
+    uint64_t value = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t{bytes_[pos_ + i]} << (8 * i);
+    pos_ += sizeof(T);
+    return static_cast<T>(value);
+  }
+  std::string take_string() {
+    const uint32_t size = take<uint32_t>();
+    need(size);
+    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), size);
+    pos_ += size;
+    return s;
+  }
+  std::span<const uint8_t> take_bytes(uint64_t size) {
+    need(size);
+    auto s = bytes_.subspan(pos_, static_cast<size_t>(size));
+    pos_ += static_cast<size_t>(size);
+    return s;
+  }
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+ private:
+  void need(uint64_t size) const {
+    if (size > remaining()) {
+      throw DataError(detail::concat("checkpoint ", path_, " is truncated or corrupt: needs ", size,
+                                     " more bytes at offset ", pos_, ", has ", remaining()));
+    }
+  }
+  const std::string& path_;
+  std::span<const uint8_t> bytes_;
+  size_t pos_ = 0;
+};
+
+uint32_t crc_of(std::span<const uint8_t> bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  size_t offset = 0;
+  while (offset < bytes.size()) {
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - offset, 1u << 30));
+    crc = crc32(crc, bytes.data() + offset, chunk);
+    offset += chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::map<std::string, std::string> parse_settings(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      out[line] = "";
+    } else {
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void CheckpointFile::put_text(const std::string& name, const std::string& text) {
+  CheckpointRecord record;
+  record.dtype = "text";
+  record.data.assign(text.begin(), text.end());
+  records_[name] = std::move(record);
+}
+
+void CheckpointFile::put_array(const std::string& name, const std::string& dtype,
+                               std::vector<int64_t> shape, const void* data, size_t bytes) {
+  DGC_CHECK(dtype != "text", "record '", name, "': use put_text for text");
+  CheckpointRecord record;
+  record.dtype = dtype;
+  record.shape = std::move(shape);
+  const auto* begin = static_cast<const uint8_t*>(data);
+  record.data.assign(begin, begin + bytes);
+  records_[name] = std::move(record);
+}
+
+void CheckpointFile::put_floats(const std::string& name, std::span<const float> values) {
+  put_array(name, "float32", {static_cast<int64_t>(values.size())}, values.data(),
+            values.size_bytes());
+}
+
+const CheckpointRecord& CheckpointFile::get(const std::string& name) const {
+  const auto it = records_.find(name);
+  if (it == records_.end()) {
+    throw DataError("checkpoint " + path_ + " has no record '" + name +
+                    "': it was written by a different model or version");
+  }
+  return it->second;
+}
+
+std::string CheckpointFile::text(const std::string& name) const {
+  const auto& record = get(name);
+  if (record.dtype != "text") {
+    throw DataError("checkpoint " + path_ + ": record '" + name + "' is " + record.dtype +
+                    ", expected text");
+  }
+  return std::string(record.data.begin(), record.data.end());
+}
+
+void CheckpointFile::get_floats(const std::string& name, std::span<float> out) const {
+  const auto& record = get(name);
+  if (record.dtype != "float32" || record.data.size() != out.size_bytes()) {
+    throw DataError(detail::concat("checkpoint ", path_, ": record '", name, "' is ", record.dtype,
+                                   " of ", record.data.size(), " bytes, expected float32 of ",
+                                   out.size_bytes(), " bytes"));
+  }
+  std::memcpy(out.data(), record.data.data(), out.size_bytes());
+}
+
+void CheckpointFile::write(const std::string& path) const {
+  std::vector<uint8_t> bytes(std::begin(kMagic), std::end(kMagic));
+  append<uint32_t>(bytes, kCheckpointVersion);
+  append<uint32_t>(bytes, static_cast<uint32_t>(records_.size()));
+  for (const auto& [name, record] : records_) {
+    append_string(bytes, name);
+    append_string(bytes, record.dtype);
+    append<uint32_t>(bytes, static_cast<uint32_t>(record.shape.size()));
+    for (const int64_t dim : record.shape) append<int64_t>(bytes, dim);
+    append<uint64_t>(bytes, record.data.size());
+    bytes.insert(bytes.end(), record.data.begin(), record.data.end());
+  }
+  append<uint32_t>(bytes, crc_of(bytes));
+
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw DataError("cannot write checkpoint " + temporary + ": " + errno_text());
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      throw DataError("cannot write checkpoint " + temporary + ": " + why);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary.c_str());
+    throw DataError("cannot flush checkpoint " + temporary + ": " + why);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary.c_str());
+    throw DataError("cannot rename " + temporary + " to " + path + ": " + why);
+  }
+}
+
+CheckpointFile CheckpointFile::read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw DataError("cannot open checkpoint " + path + ": " + errno_text() +
+                    " (run without --resume to start a new run)");
+  }
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  if (bytes.size() < sizeof(kMagic) + 12 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic))) {
+    throw DataError("checkpoint " + path + " is not a dgc checkpoint (bad magic or too short)");
+  }
+  const std::span<const uint8_t> all(bytes);
+  const auto body = all.first(all.size() - 4);
+  Reader tail(path, all.last(4));
+  if (tail.take<uint32_t>() != crc_of(body)) {
+    throw DataError("checkpoint " + path + " is corrupt (checksum mismatch)");
+  }
+  Reader reader(path, body.subspan(sizeof(kMagic)));
+  const uint32_t version = reader.take<uint32_t>();
+  if (version != kCheckpointVersion) {
+    throw DataError(detail::concat("checkpoint ", path, " has format version ", version,
+                                   ", this program reads version ", kCheckpointVersion));
+  }
+  CheckpointFile file;
+  file.path_ = path;
+  const uint32_t count = reader.take<uint32_t>();
+  for (uint32_t i = 0; i < count; ++i) {
+    std::string name = reader.take_string();
+    CheckpointRecord record;
+    record.dtype = reader.take_string();
+    const uint32_t rank = reader.take<uint32_t>();
+    if (rank > 16) {
+      throw DataError(detail::concat("checkpoint ", path, ": record '", name, "' has rank ", rank));
+    }
+    for (uint32_t d = 0; d < rank; ++d) record.shape.push_back(reader.take<int64_t>());
+    const uint64_t size = reader.take<uint64_t>();
+    if (size > kMaxRecordBytes) {
+      throw DataError(
+          detail::concat("checkpoint ", path, ": record '", name, "' claims ", size, " bytes"));
+    }
+    const auto data = reader.take_bytes(size);
+    record.data.assign(data.begin(), data.end());
+    file.records_[std::move(name)] = std::move(record);
+  }
+  if (reader.remaining() != 0) {
+    throw DataError(detail::concat("checkpoint ", path, " has ", reader.remaining(),
+                                   " unexpected bytes after its records"));
+  }
+  return file;
+}
+
+std::string describe_settings_difference(const std::string& stored, const std::string& current) {
+  const auto a = parse_settings(stored);
+  const auto b = parse_settings(current);
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
+    if (it == b.end()) return "setting '" + key + "' is in the checkpoint but not in this run";
+    if (it->second != value) {
+      return "setting '" + key + "' is " + value + " in the checkpoint but " + it->second + " now";
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (!a.count(key)) return "setting '" + key + "' is new in this run";
+  }
+  return "";
+}
+
+}  // namespace dgc::train

@@ -1,0 +1,61 @@
+// The checkpoint file format: named records (text or raw arrays) in one file, written atomically.
+//
+// Layout (little endian): magic "DGCCKPT\0" | version u32 | record count u32 | records |
+// crc32 of everything before it (u32). Record: name length u32 | name | dtype length u32 | dtype |
+// rank u32 | dims i64 * rank | byte length u64 | bytes. dtype is "text" for text records, else a
+// tensor element type name ("float32", "int64", ...). What the records mean is up to the writer
+// (see Trainer in trainer.h for the training run's records).
+//
+// Not thread-safe; one object per thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dgc::train {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct CheckpointRecord {
+  std::string dtype;  // "text" or an element type name
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+class CheckpointFile {
+ public:
+  void put_text(const std::string& name, const std::string& text);
+  void put_array(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                 const void* data, size_t bytes);
+  void put_floats(const std::string& name, std::span<const float> values);
+
+  bool has(const std::string& name) const { return records_.count(name) != 0; }
+  // Throw dgc::DataError naming the file (as given to read) when the record is missing or has
+  // another dtype / size.
+  const CheckpointRecord& get(const std::string& name) const;
+  std::string text(const std::string& name) const;
+  void get_floats(const std::string& name, std::span<float> out) const;
+  const std::map<std::string, CheckpointRecord>& records() const { return records_; }
+
+  // Writes to `path` atomically: a temporary file next to it, flushed and fsync'ed, then renamed
+  // over `path`. Throws dgc::DataError on any I/O failure (the old file is left as it was).
+  void write(const std::string& path) const;
+  // Reads and validates magic, version, checksum and every length. Throws dgc::DataError.
+  static CheckpointFile read(const std::string& path);
+
+  // The path the records were read from ("" for a file built in memory); used in messages.
+  const std::string& path() const { return path_; }
+
+ private:
+  std::map<std::string, CheckpointRecord> records_;
+  std::string path_;
+};
+
+// "KEY=VALUE" lines of two settings texts: the first line that differs, described for a message
+// ("key 'density' is 0.001 in the checkpoint but 0.01 now"), or "" when they are equal.
+std::string describe_settings_difference(const std::string& stored, const std::string& current);
+
+}  // namespace dgc::train

@@ -1,0 +1,95 @@
+#include "dgc/train/options.h"
+
+#include <charconv>
+#include <sstream>
+
+#include "dgc/core/error.h"
+
+namespace dgc::train {
+namespace {
+
+// Shortest text that reads back as the same double ("0.01", not "0.01000000000000000021").
+struct Num {
+  double value;
+};
+std::ostream& operator<<(std::ostream& out, Num n) {
+  char text[64];
+  const auto result = std::to_chars(text, text + sizeof(text), n.value);
+  return out.write(text, result.ptr - text);
+}
+
+const char* to_string(SelectionMethod method) {
+  return method == SelectionMethod::kExact ? "exact" : "sampled";
+}
+
+const char* to_string(ValueType type) {
+  switch (type) {
+    case ValueType::kFloat16:
+      return "fp16";
+    case ValueType::kBFloat16:
+      return "bf16";
+    case ValueType::kFloat32:
+      break;
+  }
+  return "fp32";
+}
+
+const char* to_string(LearningRateSchedule::Decay decay) {
+  switch (decay) {
+    case LearningRateSchedule::Decay::kConstant:
+      return "constant";
+    case LearningRateSchedule::Decay::kStep:
+      return "step";
+    case LearningRateSchedule::Decay::kCosine:
+      break;
+  }
+  return "cosine";
+}
+
+}  // namespace
+
+Compression parse_compression(const std::string& name) {
+  if (name == "none") return Compression::kNone;
+  if (name == "dgc") return Compression::kDgc;
+  throw InvalidArgument("unknown compression '" + name + "': expected none or dgc");
+}
+
+std::string to_string(Compression compression) {
+  return compression == Compression::kNone ? "none" : "dgc";
+}
+
+std::string describe(const OptimizerOptions& o) {
+  std::ostringstream out;
+  const auto& c = o.compressor;
+  out << "compression=" << to_string(o.compression) << "\n"
+      << "momentum=" << Num{c.momentum.momentum} << "\n"
+      << "nesterov=" << c.momentum.nesterov << "\n"
+      << "weight_decay=" << Num{o.weight_decay} << "\n"
+      << "clip_norm=" << Num{o.clip_norm} << "\n"
+      << "lr=" << Num{o.lr.lr} << "\n"
+      << "lr_warmup_epochs=" << Num{o.lr.warmup_epochs} << "\n"
+      << "lr_warmup_start=" << Num{o.lr.warmup_start} << "\n"
+      << "lr_decay=" << to_string(o.lr.decay) << "\n"
+      << "lr_total_epochs=" << Num{o.lr.total_epochs} << "\n"
+      << "lr_step_gamma=" << Num{o.lr.step_gamma} << "\n"
+      << "lr_step_epochs=" << Num{o.lr.step_epochs[0]} << "," << Num{o.lr.step_epochs[1]} << ","
+      << Num{o.lr.step_epochs[2]} << "," << Num{o.lr.step_epochs[3]} << "\n"
+      << "iterations_per_epoch=" << o.iterations_per_epoch << "\n";
+  if (o.compression == Compression::kDgc) {
+    out << "density=" << Num{o.density.density} << "\n"
+        << "warmup_epochs=" << Num{o.density.warmup_epochs} << "\n"
+        << "warmup_stage_iterations=" << o.density.iterations_per_stage << "\n"
+        << "masking=" << c.momentum.masking << "\n"
+        << "selection=" << to_string(c.selection.method) << "\n"
+        << "sample_ratio=" << Num{c.selection.sample_ratio} << "\n"
+        << "selection_bounds=" << Num{c.selection.lower_ratio} << ","
+        << Num{c.selection.upper_ratio} << "," << Num{c.selection.threshold_decay} << ","
+        << c.selection.max_rounds << "\n"
+        << "value_type=" << to_string(c.value_type) << "\n"
+        << "min_compress_numel=" << o.policy.min_numel << "\n"
+        << "compress_1d=" << o.policy.compress_1d << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace dgc::train

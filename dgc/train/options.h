@@ -1,0 +1,60 @@
+// Options of the distributed optimizer (DGC.md), without libtorch, so the command line can fill
+// them without including torch. Every field has a documented default; `dgc train` maps its flags
+// onto these one to one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dgc/comm/communicator.h"
+#include "dgc/core/options.h"
+#include "dgc/core/policy.h"
+#include "dgc/core/schedule.h"
+
+namespace dgc::train {
+
+// What travels: `kNone` is the dense baseline (every tensor allreduce-averaged, momentum SGD);
+// `kDgc` compresses the tensors the policy picks.
+enum class Compression : uint8_t { kNone, kDgc };
+Compression parse_compression(const std::string& name);  // "none" | "dgc"; dgc::InvalidArgument
+std::string to_string(Compression compression);
+
+struct OptimizerOptions {
+  Compression compression = Compression::kDgc;
+
+  // Momentum (m, Nesterov, masking), selection, wire value type, threads and sampling seed of the
+  // compressor. momentum.momentum and momentum.nesterov also drive the dense path (and the dense
+  // baseline). compression.density is not used: the density comes from `density` below.
+  CompressionOptions compressor;
+
+  // Which tensors are compressed (ignored with kNone: everything is dense).
+  PolicyOptions policy;
+
+  // Density d after warm-up and the exponential warm-up (density_at). Paper: d = 0.001.
+  DensitySchedule density{.density = 0.001, .warmup_epochs = 1.0, .iterations_per_stage = 0};
+
+  // Base learning rate, linear warm-up and decay (lr_at). total_epochs is set by the trainer.
+  LearningRateSchedule lr{.lr = 0.1, .warmup_epochs = 0.0};
+
+  // L2 weight decay wd. Applied locally after the exchange (it need not travel): for compressed
+  // tensors through its own momentum buffer, for dense tensors added to the averaged gradient
+  // before the ordinary momentum (the same thing, by linearity). 0 disables.
+  double weight_decay = 1e-4;
+
+  // Gradient clipping by L2 norm, 0 = off. With DGC: local clipping of this worker's gradient
+  // before accumulation, threshold clip_norm / sqrt(N) (DGC.md step 1). Dense baseline: the
+  // averaged gradient is clipped at clip_norm (what dense training does).
+  double clip_norm = 0.0;
+
+  // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
+  int64_t iterations_per_epoch = 1;
+
+  // Timeout of every collective the optimizer runs.
+  comm::Timeout timeout = comm::kDefaultTimeout;
+};
+
+// The "key=value" lines of every setting all ranks must agree on (sent through the handshake and
+// stored in checkpoints).
+std::string describe(const OptimizerOptions& options);
+
+}  // namespace dgc::train

@@ -1,0 +1,104 @@
+// The checkpoint file format and the progress formatting helpers.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
+#include "dgc/train/progress.h"
+
+namespace dgc::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_file(const std::string& name) {
+  return (fs::temp_directory_path() / ("dgc_ckpt_test_" + std::to_string(::getpid()) + name))
+      .string();
+}
+
+CheckpointFile sample() {
+  CheckpointFile file;
+  file.put_text("meta/settings", "a=1\nb=2\n");
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  file.put_floats("model/w", values);
+  const int64_t ints[2] = {7, -9};
+  file.put_array("model/n", "Long", {2}, ints, sizeof(ints));
+  return file;
+}
+
+TEST(Checkpoint, RoundTripsRecordsAtomically) {
+  const std::string path = temp_file("roundtrip");
+  sample().write(path);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  const CheckpointFile file = CheckpointFile::read(path);
+  EXPECT_EQ(file.path(), path);
+  EXPECT_EQ(file.text("meta/settings"), "a=1\nb=2\n");
+  std::vector<float> w(3);
+  file.get_floats("model/w", w);
+  EXPECT_EQ(w, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ(file.get("model/n").shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(file.get("model/n").dtype, "Long");
+  std::vector<float> wrong(4);
+  EXPECT_THROW(file.get_floats("model/w", wrong), DataError);
+  EXPECT_THROW(file.get("model/missing"), DataError);
+  EXPECT_THROW(file.text("model/w"), DataError);
+  fs::remove(path);
+}
+
+TEST(Checkpoint, RejectsCorruptTruncatedAndForeignFiles) {
+  const std::string path = temp_file("corrupt");
+  sample().write(path);
+  std::vector<char> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto write_bytes = [&](const std::vector<char>& b) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(b.data(), static_cast<std::streamsize>(b.size()));
+  };
+  auto flipped = bytes;
+  flipped[flipped.size() / 2] ^= 0x40;
+  write_bytes(flipped);
+  EXPECT_THROW(CheckpointFile::read(path), DataError);
+  write_bytes(
+      std::vector<char>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2)));
+  EXPECT_THROW(CheckpointFile::read(path), DataError);
+  write_bytes(std::vector<char>{'h', 'e', 'l', 'l', 'o'});
+  EXPECT_THROW(CheckpointFile::read(path), DataError);
+  fs::remove(path);
+  try {
+    CheckpointFile::read(path);
+    ADD_FAILURE() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+}
+
+TEST(Checkpoint, DescribesTheFirstDifferentSetting) {
+  EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=2\n"), "");
+  EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=3\n"),
+            "setting 'b' is 2 in the checkpoint but 3 now");
+  EXPECT_EQ(describe_settings_difference("a=1\n", "a=1\nc=4\n"), "setting 'c' is new in this run");
+  EXPECT_EQ(describe_settings_difference("a=1\nc=4\n", "a=1\n"),
+            "setting 'c' is in the checkpoint but not in this run");
+}
+
+TEST(Progress, FormatsBytesAndDurations) {
+  EXPECT_EQ(format_bytes(812), "812 B");
+  EXPECT_EQ(format_bytes(1460), "1.46 KB");
+  EXPECT_EQ(format_bytes(3.2e6), "3.20 MB");
+  EXPECT_EQ(format_bytes(1.1e9), "1.10 GB");
+  EXPECT_EQ(format_duration(42.2), "42s");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(3725), "1h02m");
+}
+
+}  // namespace
+}  // namespace dgc::train

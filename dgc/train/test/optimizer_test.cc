@@ -1,0 +1,387 @@
+// The distributed optimizer against references written out by hand: dense SGD on the
+// concatenated batch (compression none), the DGC update with exact top-k (compression dgc), and
+// a non-finite gradient on one rank.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dgc/comm/launch.h"
+#include "dgc/core/error.h"
+#include "dgc/train/optimizer.h"
+
+namespace dgc::train {
+namespace {
+
+comm::GlooOptions gloo_options() {
+  comm::GlooOptions options;
+  options.timeout = std::chrono::seconds(30);
+  return options;
+}
+
+std::vector<torch::Tensor> clone_all(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  return out;
+}
+
+void copy_into(torch::nn::Module& module, const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  auto params = module.parameters();
+  ASSERT_EQ(params.size(), values.size());
+  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compression none == single-worker momentum SGD on the concatenated batch.
+
+struct SmallNet : torch::nn::Module {
+  SmallNet()
+      : fc1(register_module("fc1", torch::nn::Linear(6, 12))),
+        fc2(register_module("fc2", torch::nn::Linear(12, 3))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::tanh(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+
+struct DenseCase {
+  int world;
+  bool nesterov;
+  double weight_decay;
+};
+
+class DenseOptimizer : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(DenseOptimizer, EqualsSingleWorkerSgdOnTheConcatenatedBatch) {
+  const auto [world, nesterov, weight_decay] = GetParam();
+  constexpr int64_t kBatch = 5;  // per worker
+  constexpr int kSteps = 6;
+  constexpr double kLr = 0.05;
+  torch::manual_seed(11);
+  SmallNet reference;
+  const auto initial = clone_all(reference.parameters());
+  std::vector<torch::Tensor> inputs, targets;
+  for (int s = 0; s < kSteps; ++s) {
+    inputs.push_back(torch::randn({world * kBatch, 6}));
+    targets.push_back(torch::randint(0, 3, {world * kBatch}));
+  }
+
+  torch::optim::SGD sgd(
+      reference.parameters(),
+      torch::optim::SGDOptions(kLr).momentum(0.9).nesterov(nesterov).weight_decay(weight_decay));
+  for (int s = 0; s < kSteps; ++s) {
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(reference.forward(inputs[s]), targets[s]).backward();
+    sgd.step();
+  }
+
+  OptimizerOptions options;
+  options.compression = Compression::kNone;
+  options.compressor.momentum.momentum = 0.9;
+  options.compressor.momentum.nesterov = nesterov;
+  options.weight_decay = weight_decay;
+  options.lr.lr = kLr;
+  options.lr.decay = LearningRateSchedule::Decay::kConstant;
+  std::vector<std::vector<torch::Tensor>> results(static_cast<size_t>(world));
+  comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
+    SmallNet net;
+    if (comm.rank() == 0) copy_into(net, initial);  // the others get rank 0's by broadcast
+    DistributedOptimizer optimizer(comm, net, options);
+    for (const auto& spec : optimizer.layout()) EXPECT_EQ(spec.path, TensorPath::kDense);
+    for (int s = 0; s < kSteps; ++s) {
+      net.zero_grad();
+      const auto x = inputs[s].narrow(0, comm.rank() * kBatch, kBatch);
+      const auto y = targets[s].narrow(0, comm.rank() * kBatch, kBatch);
+      torch::nn::functional::cross_entropy(net.forward(x), y).backward();
+      optimizer.step();
+    }
+    EXPECT_EQ(optimizer.iteration(), kSteps);
+    results[static_cast<size_t>(comm.rank())] = clone_all(net.parameters());
+  });
+
+  const auto expected = reference.parameters();
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(results[r][i], expected[i], 1e-5, 1e-6))
+          << "rank " << r << " tensor " << i << " max diff "
+          << (results[r][i] - expected[i]).abs().max().item<float>();
+      EXPECT_TRUE(torch::equal(results[r][i], results[0][i])) << "ranks disagree";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, DenseOptimizer,
+                         ::testing::Values(DenseCase{1, false, 0.0}, DenseCase{2, true, 1e-3},
+                                           DenseCase{4, false, 1e-2}));
+
+// ---------------------------------------------------------------------------------------------
+// Compression dgc == momentum correction, exact top-k, masking and averaging written by hand.
+
+constexpr int64_t kRows = 8;
+constexpr int64_t kCols = 10;
+constexpr int64_t kWeights = kRows * kCols;
+
+struct Tiny : torch::nn::Module {
+  Tiny() {
+    weight = register_parameter("weight", torch::zeros({kRows, kCols}));
+    bias = register_parameter("bias", torch::zeros({kRows}));
+  }
+  torch::Tensor weight, bias;
+};
+
+// Rank-distinct gradients in closed form; no ties in magnitude.
+std::vector<float> gradient(int rank, int step, int64_t n, double salt) {
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    g[static_cast<size_t>(i)] = static_cast<float>(
+        std::sin(0.37 * static_cast<double>(i) + 1.3 * rank + 2.1 * step + salt) *
+        (1.0 + 0.1 * static_cast<double>((i * 7 + rank) % 5)));
+  }
+  return g;
+}
+
+void set_gradients(Tiny& model, int rank, int step) {
+  const auto gw = gradient(rank, step, kWeights, 0.0);
+  const auto gb = gradient(rank, step, kRows, 0.5);
+  model.weight.mutable_grad() = torch::tensor(gw).reshape({kRows, kCols});
+  model.bias.mutable_grad() = torch::tensor(gb);
+}
+
+std::vector<float> to_vector(const torch::Tensor& t) {
+  const auto c = t.detach().contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
+  OptimizerOptions options;
+  options.compression = Compression::kDgc;
+  options.policy.min_numel = 16;  // weight (80) compressed, bias (8) dense
+  options.compressor.selection.method = method;
+  options.compressor.momentum.momentum = 0.9;
+  options.compressor.momentum.nesterov = nesterov;
+  options.density.density = 0.05;     // k = 4 of 80
+  options.density.warmup_epochs = 1;  // first epoch (2 iterations): density 0.25, k = 20
+  options.iterations_per_epoch = 2;
+  options.lr.lr = 0.1;
+  options.lr.decay = LearningRateSchedule::Decay::kConstant;
+  options.weight_decay = 0.01;
+  return options;
+}
+
+class DgcOptimizer : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
+  const bool nesterov = GetParam();
+  constexpr int kWorld = 3;
+  constexpr int kSteps = 5;
+  const float m = 0.9f, lr = 0.1f, wd = 0.01f;
+  std::vector<float> w0(kWeights), b0(kRows);
+  for (int64_t i = 0; i < kWeights; ++i) w0[i] = 0.01f * static_cast<float>((i * 13) % 17 - 8);
+  for (int64_t i = 0; i < kRows; ++i) b0[i] = 0.1f * static_cast<float>(i - 4);
+
+  // The reference.
+  std::vector<float> w = w0, bias = b0, decay_momentum(kWeights, 0.0f), bias_momentum(kRows, 0.0f);
+  std::vector<std::vector<float>> u(kWorld, std::vector<float>(kWeights, 0.0f));
+  std::vector<std::vector<float>> v = u;
+  for (int s = 0; s < kSteps; ++s) {
+    const double density = s < 2 ? 0.25 : 0.05;
+    const auto k = static_cast<size_t>(std::ceil(density * kWeights));
+    std::vector<float> update(kWeights, 0.0f);
+    std::vector<float> bias_sum(kRows, 0.0f);
+    for (int r = 0; r < kWorld; ++r) {
+      const auto g = gradient(r, s, kWeights, 0.0);
+      for (int64_t i = 0; i < kWeights; ++i) {
+        if (nesterov) {
+          u[r][i] = m * (u[r][i] + g[i]);
+          v[r][i] = v[r][i] + u[r][i] + g[i];
+        } else {
+          u[r][i] = m * u[r][i] + g[i];
+          v[r][i] = v[r][i] + u[r][i];
+        }
+      }
+      std::vector<int64_t> order(kWeights);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return std::abs(v[r][a]) > std::abs(v[r][b]); });
+      for (size_t j = 0; j < k; ++j) {
+        const int64_t i = order[j];
+        update[i] += v[r][i] / kWorld;
+        v[r][i] = 0.0f;
+        u[r][i] = 0.0f;
+      }
+      const auto gb = gradient(r, s, kRows, 0.5);
+      for (int64_t i = 0; i < kRows; ++i) bias_sum[i] += gb[i];
+    }
+    for (int64_t i = 0; i < kWeights; ++i) {
+      const float decay = wd * w[i];
+      decay_momentum[i] = m * decay_momentum[i] + decay;
+      const float d = nesterov ? decay + m * decay_momentum[i] : decay_momentum[i];
+      w[i] -= lr * (d + update[i]);
+    }
+    for (int64_t i = 0; i < kRows; ++i) {
+      const float g = bias_sum[i] / kWorld + wd * bias[i];
+      bias_momentum[i] = m * bias_momentum[i] + g;
+      bias[i] -= lr * (nesterov ? g + m * bias_momentum[i] : bias_momentum[i]);
+    }
+  }
+
+  // The optimizer.
+  std::vector<std::vector<float>> weights(kWorld), biases(kWorld), velocities(kWorld),
+      momenta(kWorld);
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    if (comm.rank() == 0) {
+      torch::NoGradGuard no_grad;
+      model.weight.copy_(torch::tensor(w0).reshape({kRows, kCols}));
+      model.bias.copy_(torch::tensor(b0));
+    }
+    DistributedOptimizer optimizer(comm, model, dgc_options(nesterov, SelectionMethod::kExact));
+    ASSERT_EQ(optimizer.layout()[0].path, TensorPath::kCompressed);
+    ASSERT_EQ(optimizer.layout()[1].path, TensorPath::kDense);
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_DOUBLE_EQ(optimizer.density(), s < 2 ? 0.25 : 0.05);
+      set_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    const auto r = static_cast<size_t>(comm.rank());
+    weights[r] = to_vector(model.weight);
+    biases[r] = to_vector(model.bias);
+    const auto vel = optimizer.compressor()->velocity(0);
+    const auto mom = optimizer.compressor()->momentum(0);
+    velocities[r].assign(vel.begin(), vel.end());
+    momenta[r].assign(mom.begin(), mom.end());
+  });
+
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t i = 0; i < kWeights; ++i) {
+      ASSERT_NEAR(weights[r][i], w[i], 1e-5) << "rank " << r << " weight " << i;
+      ASSERT_NEAR(velocities[r][i], v[r][i], 1e-5) << "rank " << r << " velocity " << i;
+      ASSERT_NEAR(momenta[r][i], u[r][i], 1e-5) << "rank " << r << " momentum " << i;
+    }
+    for (int64_t i = 0; i < kRows; ++i) ASSERT_NEAR(biases[r][i], bias[i], 1e-5) << i;
+    EXPECT_EQ(weights[r], weights[0]) << "ranks must hold identical weights";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Momentum, DgcOptimizer, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Nesterov" : "Plain"; });
+
+TEST(DgcOptimizer, CountsBytesAsThePaperDoes) {
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, dgc_options(false, SelectionMethod::kExact));
+    for (int s = 0; s < 3; ++s) {
+      set_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    const auto& last = optimizer.last_bytes();
+    EXPECT_EQ(last.dense_gradient, 4u * (kWeights + kRows));
+    // 4 selected weights (value + index) and 8 dense floats: well below dense.
+    EXPECT_GT(last.message, 4u * kRows);
+    EXPECT_LT(last.message, last.dense_gradient);
+    EXPECT_EQ(optimizer.total_bytes().dense_gradient, 3 * last.dense_gradient);
+    EXPECT_EQ(optimizer.warmup_iterations(), 2);
+    EXPECT_EQ(optimizer.post_warmup_bytes().message, last.message);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A non-finite gradient on one rank.
+
+class NonFiniteGradient : public ::testing::TestWithParam<float> {};
+
+TEST_P(NonFiniteGradient, StopsEveryRankAtTheSameStepWithNothingChanged) {
+  const float bad_value = GetParam();
+  constexpr int kWorld = 3;
+  constexpr int kBadStep = 2;
+  constexpr int kSteps = 4;
+  auto options = dgc_options(true, SelectionMethod::kSampled);
+  options.clip_norm = 5.0;
+
+  // Clean run.
+  std::vector<float> clean_weights;
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, options);
+    for (int s = 0; s < kSteps; ++s) {
+      set_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    if (comm.rank() == 0) clean_weights = to_vector(model.weight);
+  });
+
+  // Rank 1 gets a bad gradient at kBadStep; every rank must throw there and lose nothing.
+  std::array<std::atomic<int>, kWorld> threw_at;
+  for (auto& t : threw_at) t = -1;
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  std::vector<float> weights_after;
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, options);
+    for (int s = 0; s < kSteps; ++s) {
+      set_gradients(model, comm.rank(), s);
+      optimizer.step();
+      if (s + 1 != kBadStep) continue;
+      // The bad step.
+      set_gradients(model, comm.rank(), kBadStep);
+      if (comm.rank() == 1) {
+        torch::NoGradGuard no_grad;
+        model.bias.mutable_grad()[3] = bad_value;
+      }
+      const auto weight_before = model.weight.detach().clone();
+      const auto bias_before = model.bias.detach().clone();
+      const auto velocity = optimizer.compressor()->velocity(0);
+      const auto momentum = optimizer.compressor()->momentum(0);
+      const std::vector<float> velocity_before(velocity.begin(), velocity.end());
+      const std::vector<float> momentum_before(momentum.begin(), momentum.end());
+      try {
+        optimizer.step();
+      } catch (const NumericError& e) {
+        threw_at[comm.rank()] = static_cast<int>(optimizer.iteration());
+        std::lock_guard<std::mutex> lock(mutex);
+        messages.push_back(e.what());
+      }
+      EXPECT_TRUE(torch::equal(model.weight, weight_before));
+      EXPECT_TRUE(torch::equal(model.bias, bias_before));
+      EXPECT_EQ(std::vector<float>(velocity.begin(), velocity.end()), velocity_before);
+      EXPECT_EQ(std::vector<float>(momentum.begin(), momentum.end()), momentum_before);
+      EXPECT_EQ(optimizer.iteration(), kBadStep);
+    }
+    if (comm.rank() == 0) weights_after = to_vector(model.weight);
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(threw_at[r], kBadStep) << "rank " << r;
+  ASSERT_EQ(messages.size(), static_cast<size_t>(kWorld));
+  for (const auto& message : messages) {
+    EXPECT_NE(message.find("1 of 3 rank"), std::string::npos) << message;
+    EXPECT_NE(message.find("--lr"), std::string::npos) << message;
+    EXPECT_NE(message.find("--clip-norm"), std::string::npos) << message;
+  }
+  // Nothing was lost: continuing with the good gradients gives the clean run, bit for bit.
+  EXPECT_EQ(weights_after, clean_weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, NonFiniteGradient, ::testing::Values(std::nanf(""), INFINITY),
+                         [](const auto& info) { return std::isnan(info.param) ? "NaN" : "Inf"; });
+
+TEST(DistributedOptimizer, StartsEveryRankFromRankZerosWeights) {
+  std::vector<std::vector<float>> weights(3);
+  comm::run_local(3, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    {
+      torch::NoGradGuard no_grad;
+      model.weight.fill_(static_cast<float>(comm.rank() + 1));
+    }
+    DistributedOptimizer optimizer(comm, model, dgc_options(false, SelectionMethod::kExact));
+    weights[comm.rank()] = to_vector(model.weight);
+  });
+  for (const auto& w : weights) EXPECT_EQ(w, std::vector<float>(kWeights, 1.0f));
+}
+
+}  // namespace
+}  // namespace dgc::train

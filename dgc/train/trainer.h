@@ -1,0 +1,139 @@
+// A data-parallel training run: image classification on Fashion-MNIST with the distributed
+// optimizer, per-epoch evaluation, per-rank checkpoints and resume.
+//
+// Checkpoints are per rank (each rank's DGC velocity and momentum differ): after every epoch
+// rank r writes `<checkpoint>.rank<r>` atomically (temporary file, fsync, rename), then all
+// ranks meet in a barrier. Each file holds the model's parameters and buffers, the optimizer's
+// momenta, the compressor's momentum/velocity per tensor and its RNG state, the iteration, the
+// number of finished epochs, the byte counters and the run's settings. The data order needs no
+// stored state: the permutation of epoch e is a function of (seed, e). --resume reads every
+// rank's file, rejects a file of another model, world size or settings, checks that all ranks
+// are at the same iteration, and continues with the next epoch; the result is bit for bit the
+// run that was not interrupted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dgc/comm/communicator.h"
+#include "dgc/exchange/exchange.h"
+#include "dgc/train/data.h"
+#include "dgc/train/options.h"
+
+namespace dgc::train {
+
+class Classifier;
+class DistributedOptimizer;
+
+struct TrainOptions {
+  std::string model = "cnn";  // see model_names()
+  int epochs = 4;
+  int64_t batch_size = 32;  // per worker; the global batch is workers x batch_size
+  uint64_t seed = 1;        // model initialisation, data order, compressor sampling
+  // The optimizer; iterations_per_epoch and lr.total_epochs are filled in by the trainer.
+  OptimizerOptions optimizer;
+  // Intra-op threads of libtorch for this worker (at::set_num_threads). 0: leave as is.
+  int threads = 0;
+  // Per-rank checkpoint path prefix ("" = none) and whether to resume from it.
+  std::string checkpoint;
+  bool resume = false;
+  // Use only the first N training / test examples (0 = all): quick runs and tests.
+  int64_t train_examples = 0;
+  int64_t test_examples = 0;
+  int64_t eval_batch_size = 500;
+};
+
+// Reported on rank 0 once, before the first step.
+struct RunInfo {
+  int world_size = 1;
+  int64_t parameters = 0;
+  int64_t compressed_tensors = 0;
+  int64_t compressed_parameters = 0;
+  int64_t dense_tensors = 0;
+  int64_t iterations_per_epoch = 0;
+  int64_t warmup_iterations = 0;
+  int start_epoch = 0;  // > 0 when resumed
+};
+
+// Reported on rank 0 after every step.
+struct Progress {
+  int epoch = 0;  // 0-based
+  int epochs = 0;
+  int64_t iteration = 0;  // within the epoch, 1-based after the step
+  int64_t iterations_per_epoch = 0;
+  double loss = 0.0;                 // mean of this rank's batch losses so far in the epoch
+  double examples_per_second = 0.0;  // over all ranks, this epoch
+  uint64_t bytes_sent = 0;           // this worker's message bytes, whole run
+  double seconds_left = 0.0;         // estimate for the rest of the run
+};
+
+struct EpochMetrics {
+  int epoch = 0;            // 1-based
+  double train_loss = 0.0;  // mean over ranks and iterations of the batch losses
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;      // fraction in [0, 1]
+  double lr = 0.0;                 // at the last step of the epoch
+  double density = 0.0;            // at the last step of the epoch
+  ExchangeBytes bytes;             // this worker, this epoch
+  double compression_ratio = 0.0;  // bytes.dense_gradient / bytes.message
+  double seconds = 0.0;            // training and evaluation of this epoch
+};
+
+struct TrainSummary {
+  int world_size = 1;
+  int64_t parameters = 0;
+  std::vector<EpochMetrics> epochs;  // the epochs run by this call
+  double test_accuracy = 0.0;        // after the last epoch
+  ExchangeBytes total;               // this worker, the whole run (including before a resume)
+  ExchangeBytes post_warmup;         // this worker, iterations after the density warm-up
+  double seconds = 0.0;              // wall time of this call
+};
+
+// Callbacks run on rank 0 only, on the training thread; they must not throw.
+struct TrainCallbacks {
+  std::function<void(const RunInfo&)> on_start;
+  std::function<void(const Progress&)> on_progress;
+  std::function<void(const EpochMetrics&)> on_epoch;
+};
+
+class Trainer {
+ public:
+  // Builds the model (seeded), the optimizer (collective: handshake, initial broadcast) and, with
+  // options.resume, loads this rank's checkpoint (collective). `train_set` and `test_set` are
+  // shared read-only between worker threads and must outlive the trainer.
+  Trainer(comm::Communicator& comm, const TrainOptions& options, const ImageSet& train_set,
+          const ImageSet& test_set);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Collective. Trains the remaining epochs; throws dgc::NumericError on a non-finite gradient
+  // (on every rank at the same step; the last checkpoint is intact).
+  TrainSummary run(const TrainCallbacks& callbacks = {});
+
+  // Collective: test accuracy and loss of the current model over the whole test set.
+  std::pair<double, double> evaluate();
+
+  int start_epoch() const { return start_epoch_; }
+  Classifier& model() { return *model_; }
+  DistributedOptimizer& optimizer() { return *optimizer_; }
+
+ private:
+  void save_checkpoint(int epochs_done);
+
+  comm::Communicator& comm_;
+  TrainOptions options_;
+  const ImageSet& train_set_;
+  const ImageSet& test_set_;
+  std::shared_ptr<Classifier> model_;
+  std::unique_ptr<DistributedOptimizer> optimizer_;
+  int start_epoch_ = 0;
+};
+
+// "<prefix>.rank<r>": the checkpoint file of one rank.
+std::string checkpoint_path(const std::string& prefix, int rank);
+
+}  // namespace dgc::train
