@@ -30,7 +30,14 @@ struct LearningRateSchedule {
   double step_epochs[4] = {0, 0, 0, 0};  // for step: milestones in epochs (0 = unused)
 };
 
-// Learning rate at `iteration`: a linear ramp during warm-up, then the decay.
+// Learning rate at `iteration`: lr * decay(epoch) * ramp(iteration), epoch = iteration / ipe.
+// ramp: during the first W = warmup_epochs * ipe iterations, (iteration + 1) / W when
+//   warmup_start == 0 (Goyal et al.: lr / W at the first step, lr at the last), otherwise
+//   warmup_start + (1 - warmup_start) * iteration / W; 1 afterwards.
+// decay: kConstant 1; kCosine 0.5 * (1 + cos(pi * p)) with p the fraction of the span from
+//   warmup_epochs to total_epochs that has passed (clamped to [0, 1]; no decay when
+//   total_epochs <= warmup_epochs); kStep step_gamma^(number of milestones m > 0 with
+//   epoch >= m).
 double lr_at(const LearningRateSchedule& schedule, int64_t iteration, int64_t iterations_per_epoch);
 
 }  // namespace dgc

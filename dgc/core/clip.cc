@@ -1,0 +1,44 @@
+#include "dgc/core/clip.h"
+
+#include <cmath>
+
+#include "dgc/core/error.h"
+
+namespace dgc {
+
+double squared_norm(std::span<const float> values) {
+  // Four independent accumulators: the additions pipeline instead of waiting on each other.
+  double sums[4] = {0.0, 0.0, 0.0, 0.0};
+  const size_t n = values.size();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int lane = 0; lane < 4; ++lane) {
+      const double x = values[i + lane];
+      sums[lane] += x * x;
+    }
+  }
+  for (; i < n; ++i) {
+    const double x = values[i];
+    sums[0] += x * x;
+  }
+  return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
+double clip_coefficient(double total_squared_norm, double max_norm, int world_size) {
+  DGC_CHECK_GE(world_size, 1, "world size must be at least 1");
+  if (!std::isfinite(total_squared_norm)) {
+    throw NumericError(detail::concat("gradient norm is not finite (squared norm ",
+                                      total_squared_norm, "): a gradient holds NaN or infinity"));
+  }
+  DGC_CHECK_GE(total_squared_norm, 0.0, "a squared norm cannot be negative");
+  if (!(max_norm > 0.0)) return 1.0;
+  const double limit = max_norm / std::sqrt(static_cast<double>(world_size));
+  const double norm = std::sqrt(total_squared_norm);
+  return norm > limit ? limit / norm : 1.0;
+}
+
+void scale(std::span<float> values, float coefficient) {
+  for (float& x : values) x *= coefficient;
+}
+
+}  // namespace dgc

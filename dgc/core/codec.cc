@@ -1,0 +1,357 @@
+#include "dgc/core/codec.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "dgc/core/error.h"
+#include "dgc/core/float16.h"
+
+namespace dgc {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'D', 'G', 'C', '1'};
+constexpr size_t kHeaderBytes = 32;
+constexpr size_t kHeaderCrcOffset = 28;  // the header crc covers bytes [0, 28)
+constexpr size_t kMaxVarintBytes = 10;
+
+template <typename T>
+T swap_bytes(T value) {
+  T out = 0;
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out = static_cast<T>((out << 8) | ((value >> (8 * i)) & 0xFF));
+  return out;
+}
+
+template <typename T>
+void store_le(uint8_t* p, T value) {
+  if constexpr (std::endian::native == std::endian::big) value = swap_bytes(value);
+  std::memcpy(p, &value, sizeof(T));
+}
+
+template <typename T>
+T load_le(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  if constexpr (std::endian::native == std::endian::big) value = swap_bytes(value);
+  return value;
+}
+
+uint32_t crc_of(const uint8_t* data, size_t size) {
+  return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), data, static_cast<uInt>(size)));
+}
+
+uint8_t* put_varint(uint8_t* p, uint64_t x) {
+  while (x >= 0x80) {
+    *p++ = static_cast<uint8_t>(x) | 0x80;
+    x >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(x);
+  return p;
+}
+
+size_t value_bytes(ValueType type) { return type == ValueType::kFloat32 ? 4 : 2; }
+
+bool known_value_type(uint8_t type) { return type <= static_cast<uint8_t>(ValueType::kBFloat16); }
+
+const char* value_type_name(ValueType type) {
+  switch (type) {
+    case ValueType::kFloat32:
+      return "fp32";
+    case ValueType::kFloat16:
+      return "fp16";
+    case ValueType::kBFloat16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+[[noreturn]] void fail(DecodeError::Reason reason, const std::string& what) {
+  throw DecodeError(reason, "invalid DGC message: " + what);
+}
+
+float load_value(const uint8_t* p, ValueType type) {
+  switch (type) {
+    case ValueType::kFloat32:
+      return std::bit_cast<float>(load_le<uint32_t>(p));
+    case ValueType::kFloat16:
+      return fp16_to_float(load_le<uint16_t>(p));
+    case ValueType::kBFloat16:
+      return bf16_to_float(load_le<uint16_t>(p));
+  }
+  return 0.0f;
+}
+
+// A bounds-checked reader over the payload. Every read either succeeds inside [p, end) or throws.
+class Reader {
+ public:
+  Reader(const uint8_t* begin, const uint8_t* end) : p_(begin), end_(end) {}
+
+  // A canonical LEB128 varint of at most 64 bits (no overlong encodings).
+  uint64_t varint(uint32_t entry, const char* field) {
+    uint64_t result = 0;
+    for (size_t i = 0; i < kMaxVarintBytes; ++i) {
+      if (p_ == end_) {
+        fail(DecodeError::Reason::kMalformed,
+             detail::concat("tensor entry ", entry, ": ", field, " runs past the payload end"));
+      }
+      const uint8_t byte = *p_++;
+      if (i == kMaxVarintBytes - 1 && byte > 1) break;  // would exceed 64 bits
+      result |= static_cast<uint64_t>(byte & 0x7F) << (7 * i);
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && i > 0) break;  // overlong
+        return result;
+      }
+    }
+    fail(DecodeError::Reason::kMalformed,
+         detail::concat("tensor entry ", entry, ": ", field, " is not a canonical 64-bit varint"));
+  }
+
+  const uint8_t* position() const { return p_; }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+  void skip(size_t bytes) { p_ += bytes; }  // callers check remaining() first
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// Reads the next index of a tensor from an already validated gap sequence.
+inline uint64_t next_index(const uint8_t*& p, uint64_t previous, bool first) {
+  uint64_t gap = 0;
+  for (int shift = 0;; shift += 7) {
+    const uint8_t byte = *p++;
+    gap |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  return first ? gap : previous + 1 + gap;
+}
+
+// Validates the whole message; with kApply also calls sink(tensor_id, index, value) for every
+// element. The apply pass must only run on a message a validating pass accepted.
+template <bool kApply, typename Sink>
+MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels,
+                  const Sink& sink) {
+  using Reason = DecodeError::Reason;
+  const uint8_t* bytes = message.data();
+  const size_t size = message.size();
+  if (size > 0 && std::memcmp(bytes, kMagic, std::min<size_t>(size, 4)) != 0) {
+    fail(Reason::kBadMagic, "does not start with the magic bytes \"DGC1\"");
+  }
+  if (size < 5) {
+    fail(Reason::kTruncated,
+         detail::concat(size, " bytes, shorter than the ", kHeaderBytes, "-byte header"));
+  }
+  MessageInfo info;
+  info.version = bytes[4];
+  if (info.version != kCodecVersion) {
+    fail(Reason::kBadVersion, detail::concat("codec version ", int{info.version},
+                                             ", this build reads version ", int{kCodecVersion}));
+  }
+  if (size < kHeaderBytes) {
+    fail(Reason::kTruncated,
+         detail::concat(size, " bytes, shorter than the ", kHeaderBytes, "-byte header"));
+  }
+  const uint32_t header_crc = load_le<uint32_t>(bytes + kHeaderCrcOffset);
+  if (crc_of(bytes, kHeaderCrcOffset) != header_crc) {
+    fail(Reason::kBadChecksum, "header checksum mismatch (header corrupted)");
+  }
+  if (!known_value_type(bytes[5])) {
+    fail(Reason::kMalformed, detail::concat("unknown value type ", int{bytes[5]}));
+  }
+  info.value_type = static_cast<ValueType>(bytes[5]);
+  const uint16_t flags = load_le<uint16_t>(bytes + 6);
+  if (flags != 0) fail(Reason::kMalformed, detail::concat("unknown flags ", flags));
+  info.iteration = load_le<uint64_t>(bytes + 8);
+  info.tensor_count = load_le<uint32_t>(bytes + 16);
+  const uint32_t payload_bytes = load_le<uint32_t>(bytes + 20);
+  const size_t available = size - kHeaderBytes;
+  if (available < payload_bytes) {
+    fail(Reason::kTruncated, detail::concat("header announces ", payload_bytes,
+                                            " payload bytes, the message holds ", available));
+  }
+  if (available > payload_bytes) {
+    fail(Reason::kMalformed,
+         detail::concat(available - payload_bytes,
+                        " trailing bytes after the announced payload of ", payload_bytes));
+  }
+  const uint8_t* payload = bytes + kHeaderBytes;
+  if (crc_of(payload, payload_bytes) != load_le<uint32_t>(bytes + 24)) {
+    fail(Reason::kBadChecksum, "payload checksum mismatch (payload corrupted)");
+  }
+  if (info.tensor_count > payload_bytes / 3) {  // every entry takes at least 3 bytes
+    fail(Reason::kMalformed, detail::concat(info.tensor_count, " tensor entries cannot fit in ",
+                                            payload_bytes, " payload bytes"));
+  }
+
+  const size_t width = value_bytes(info.value_type);
+  Reader in(payload, payload + payload_bytes);
+  for (uint32_t entry = 0; entry < info.tensor_count; ++entry) {
+    const uint64_t id = in.varint(entry, "tensor id");
+    if (id >= expected_numels.size()) {
+      fail(Reason::kOutOfRange,
+           detail::concat("tensor entry ", entry, ": tensor id ", id, ", the receiver has ",
+                          expected_numels.size(), " compressed tensors"));
+    }
+    const uint64_t numel = in.varint(entry, "element count");
+    if (numel != expected_numels[id]) {
+      fail(Reason::kOutOfRange,
+           detail::concat("tensor ", id, " has ", numel, " elements in the message, ",
+                          expected_numels[id], " in the receiver's layout"));
+    }
+    const uint64_t count = in.varint(entry, "selected count");
+    if (count > numel) {
+      fail(Reason::kMalformed,
+           detail::concat("tensor ", id, ": ", count, " selected elements out of ", numel));
+    }
+    // Indices: strictly increasing (gaps are >= 0 by construction) and < numel.
+    const uint8_t* gaps = in.position();
+    uint64_t index = 0;
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t gap = in.varint(entry, "index gap");
+      if (gap >= numel || (j > 0 && gap >= numel - index - 1)) {
+        fail(Reason::kOutOfRange,
+             detail::concat("tensor ", id, ": element ", j, " has index ",
+                            j == 0 ? detail::concat(gap) : detail::concat(index, " + 1 + ", gap),
+                            ", the tensor has ", numel, " elements"));
+      }
+      index = j == 0 ? gap : index + 1 + gap;
+    }
+    if (in.remaining() / width < count) {
+      fail(Reason::kMalformed,
+           detail::concat("tensor ", id, ": ", count, " values need ", count * width, " bytes, ",
+                          in.remaining(), " are left"));
+    }
+    const uint8_t* values = in.position();
+    in.skip(count * width);
+    const uint8_t* gap_cursor = gaps;
+    index = 0;
+    for (uint64_t j = 0; j < count; ++j) {
+      const float value = load_value(values + j * width, info.value_type);
+      if constexpr (kApply) {
+        index = next_index(gap_cursor, index, j == 0);
+        sink(static_cast<uint32_t>(id), index, value);
+      } else if (!std::isfinite(value)) {
+        fail(Reason::kMalformed,
+             detail::concat("tensor ", id, ": element ", j, " has value ", value, " (",
+                            value_type_name(info.value_type), "); values must be finite"));
+      }
+    }
+    info.element_count += count;
+  }
+  if (in.remaining() != 0) {
+    fail(Reason::kMalformed, detail::concat(in.remaining(), " payload bytes left after ",
+                                            info.tensor_count, " tensor entries"));
+  }
+  return info;
+}
+
+struct NoSink {
+  void operator()(uint32_t, uint64_t, float) const {}
+};
+
+}  // namespace
+
+MessageWriter::MessageWriter(ValueType value_type, uint64_t iteration) {
+  reset(value_type, iteration);
+}
+
+void MessageWriter::reset(ValueType value_type, uint64_t iteration) {
+  DGC_CHECK(known_value_type(static_cast<uint8_t>(value_type)), "unknown value type ",
+            static_cast<int>(value_type));
+  value_type_ = value_type;
+  iteration_ = iteration;
+  tensor_count_ = 0;
+  payload_.clear();
+}
+
+void MessageWriter::add(uint32_t tensor_id, uint64_t numel, std::span<const uint32_t> indices,
+                        std::span<const float> values) {
+  DGC_CHECK_EQ(indices.size(), values.size(), "one value per index");
+  DGC_CHECK_LT(tensor_count_, std::numeric_limits<uint32_t>::max(), "too many tensors");
+  const size_t count = indices.size();
+  for (size_t j = 0; j < count; ++j) {
+    DGC_CHECK_LT(uint64_t{indices[j]}, numel, "tensor ", tensor_id, ": index out of range");
+    DGC_CHECK(j == 0 || indices[j] > indices[j - 1], "tensor ", tensor_id,
+              ": indices must be strictly increasing, found ", indices[j - 1], " then ",
+              indices[j]);
+  }
+  const size_t width = value_bytes(value_type_);
+  const size_t old_size = payload_.size();
+  payload_.resize(old_size + 3 * kMaxVarintBytes + count * (5 + width));
+  uint8_t* p = payload_.data() + old_size;
+  p = put_varint(p, tensor_id);
+  p = put_varint(p, numel);
+  p = put_varint(p, count);
+  uint32_t previous = 0;
+  for (size_t j = 0; j < count; ++j) {
+    p = put_varint(p, j == 0 ? indices[0] : indices[j] - previous - 1);
+    previous = indices[j];
+  }
+  switch (value_type_) {
+    case ValueType::kFloat32:
+      if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(p, values.data(), count * 4);
+      } else {
+        for (size_t j = 0; j < count; ++j) store_le(p + 4 * j, std::bit_cast<uint32_t>(values[j]));
+      }
+      break;
+    case ValueType::kFloat16:
+      for (size_t j = 0; j < count; ++j) store_le(p + 2 * j, fp16_from_float(values[j]));
+      break;
+    case ValueType::kBFloat16:
+      for (size_t j = 0; j < count; ++j) store_le(p + 2 * j, bf16_from_float(values[j]));
+      break;
+  }
+  p += count * width;
+  payload_.resize(static_cast<size_t>(p - payload_.data()));
+  ++tensor_count_;
+}
+
+void MessageWriter::finish(std::vector<uint8_t>& out) {
+  DGC_CHECK_LE(payload_.size(), size_t{std::numeric_limits<uint32_t>::max()},
+               "message payload too large for one message");
+  out.clear();
+  out.resize(kHeaderBytes + payload_.size());
+  uint8_t* h = out.data();
+  std::memcpy(h, kMagic, 4);
+  h[4] = kCodecVersion;
+  h[5] = static_cast<uint8_t>(value_type_);
+  store_le<uint16_t>(h + 6, 0);
+  store_le<uint64_t>(h + 8, iteration_);
+  store_le<uint32_t>(h + 16, tensor_count_);
+  store_le<uint32_t>(h + 20, static_cast<uint32_t>(payload_.size()));
+  store_le<uint32_t>(h + 24, crc_of(payload_.data(), payload_.size()));
+  store_le<uint32_t>(h + kHeaderCrcOffset, crc_of(h, kHeaderCrcOffset));
+  if (!payload_.empty()) std::memcpy(h + kHeaderBytes, payload_.data(), payload_.size());
+}
+
+MessageInfo validate_message(std::span<const uint8_t> message,
+                             std::span<const uint64_t> expected_numels) {
+  return parse<false>(message, expected_numels, NoSink{});
+}
+
+MessageInfo decode_message(std::span<const uint8_t> message,
+                           std::span<const uint64_t> expected_numels, const ElementVisitor& visit) {
+  const MessageInfo info = parse<false>(message, expected_numels, NoSink{});
+  parse<true>(message, expected_numels,
+              [&](uint32_t id, uint64_t index, float value) { visit(id, index, value); });
+  return info;
+}
+
+MessageInfo decode_add(std::span<const uint8_t> message, std::span<const std::span<float>> outputs,
+                       float scale) {
+  std::vector<uint64_t> numels(outputs.size());
+  for (size_t t = 0; t < outputs.size(); ++t) numels[t] = outputs[t].size();
+  const MessageInfo info = parse<false>(message, numels, NoSink{});
+  parse<true>(message, numels, [&](uint32_t id, uint64_t index, float value) {
+    outputs[id][index] += scale * value;
+  });
+  return info;
+}
+
+}  // namespace dgc
