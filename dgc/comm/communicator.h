@@ -6,6 +6,12 @@
 // dgc::CommError (dgc::TimeoutError on timeout) within about that timeout, naming the peer when
 // the engine tells which. After an error the communicator is unusable.
 // Thread-safety: one thread per Communicator at a time.
+//
+// Timeouts: a collective called with kDefaultTimeout (the default argument) uses the
+// communicator's default_timeout(), set where it was created (GlooOptions::timeout, the argument
+// of connect_mpi); any other value is used as given. A collective's timeout bounds the whole call
+// (allgatherv's size exchange and payload together).
+// Wire bytes: bytes() counts what the collectives' algorithms send (see wire_bytes.h).
 #pragma once
 
 #include <chrono>
@@ -25,6 +31,11 @@ inline constexpr Timeout kDefaultTimeout{std::chrono::seconds(60)};
 struct ByteCounters {
   uint64_t sent = 0;
   uint64_t received = 0;
+  ByteCounters& operator+=(const ByteCounters& other) {
+    sent += other.sent;
+    received += other.received;
+    return *this;
+  }
 };
 
 class Communicator {
@@ -50,8 +61,16 @@ class Communicator {
 
   const ByteCounters& bytes() const { return bytes_; }
 
+  Timeout default_timeout() const { return default_timeout_; }
+
  protected:
+  // `timeout`, or default_timeout() when the caller passed kDefaultTimeout.
+  Timeout effective_timeout(Timeout timeout) const {
+    return timeout == kDefaultTimeout ? default_timeout_ : timeout;
+  }
+
   ByteCounters bytes_;
+  Timeout default_timeout_ = kDefaultTimeout;
 };
 
 // Convenience: broadcast of floats as bytes.

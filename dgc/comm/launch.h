@@ -5,6 +5,11 @@
 //   torchrun: Gloo, MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; rank 0 serves the key-value store
 //             over TCP (as torchrun's TCPStore does), the others connect to it.
 //   mpi:      Open MPI, under `mpirun -np N`; rank and size come from MPI.
+//
+// Process-wide effect: Gloo writes to sockets with writev(), which raises SIGPIPE when a peer has
+// died. So that the survivors get a dgc::CommError instead of being killed, the first Gloo
+// communicator sets SIGPIPE to SIG_IGN if it is at its default; a handler the program installed
+// is left alone.
 #pragma once
 
 #include <functional>

@@ -28,9 +28,9 @@ struct TensorSpec {
 };
 
 // Builds the layout of a model: path chosen by the policy for each (name, shape), order kept.
-std::vector<TensorSpec> make_layout(const std::vector<std::pair<std::string, std::vector<int64_t>>>&
-                                        named_shapes,
-                                    const PolicyOptions& policy);
+std::vector<TensorSpec> make_layout(
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
+    const PolicyOptions& policy);
 
 struct ExchangeOptions {
   ValueType value_type = ValueType::kFloat32;
@@ -99,7 +99,10 @@ class Exchange {
   std::vector<size_t> compressed_;
   std::vector<size_t> dense_;
   std::vector<uint64_t> compressed_numels_;
+  uint64_t dense_numel_ = 0;  // elements of all dense-path tensors
+  uint64_t total_numel_ = 0;  // elements of all tensors
   std::vector<uint8_t> message_;
+  std::vector<float> dense_buffer_;  // dense_flat + the bad-gradient flag
   ExchangeBytes last_;
   ExchangeBytes total_;
 };

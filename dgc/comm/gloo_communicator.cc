@@ -1,0 +1,550 @@
+// The Gloo backend: rendezvous over a key-value store (in-process, shared directory or TCP), then
+// Gloo's TCP transport and its collectives (ring allgatherv, ring allreduce, tree broadcast).
+//
+// Rendezvous, on every rank, all through the store:
+//   1. join:  set "dgc.join.<rank>" = world size, host, pid; wait until every rank has joined
+//             and check that all agree on the world size (a rank missing at the deadline, or a
+//             different world size, is named in the error);
+//   2. connect: gloo::rendezvous::Context::connectFullMesh over a "gloo" prefix of the store;
+//   3. ready: set "dgc.ready.<rank>" = this rank's local address for each peer connection, wait
+//             for every rank's, and map each peer's address to its rank (so errors name ranks).
+// After step 3 nobody reads the store again; the TCP store is closed there.
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "dgc/comm/launch.h"
+#include "dgc/comm/tcp_store.h"
+#include "dgc/comm/wire_bytes.h"
+#include "dgc/core/error.h"
+
+namespace dgc::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Upper bound on one rank's allgatherv message: a corrupt size must not become an allocation.
+constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 34;
+
+milliseconds remaining(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  // Gloo reads a zero timeout as "no timeout": never pass it.
+  return std::max(left, milliseconds(1));
+}
+
+std::string key(const char* what, int rank) { return detail::concat("dgc.", what, ".", rank); }
+
+std::vector<char> to_chars(const std::string& s) { return {s.begin(), s.end()}; }
+std::string from_chars(const std::vector<char>& v) { return {v.begin(), v.end()}; }
+
+std::string this_host() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+// The in-process store of run_local, with a presence check that does not wait.
+class LocalStore final : public gloo::rendezvous::HashStore {
+ public:
+  bool has(const std::string& k) {
+    std::lock_guard lock(m_);
+    return map_.count(k) != 0;
+  }
+};
+
+// Gloo's FileStore, with its presence check made public.
+class DirectoryStore final : public gloo::rendezvous::FileStore {
+ public:
+  using FileStore::FileStore;
+  bool has(const std::string& k) { return check({k}); }
+};
+
+// A store plus a non-blocking presence check, and a description for error messages.
+struct Rendezvous {
+  gloo::rendezvous::Store& store;
+  std::function<bool(const std::string&)> has;
+  std::string description;
+};
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
+}
+
+// Local address -> remote address of every TCP socket of this process, as Gloo prints them.
+// Diagnostics only: a socket that vanishes while we look is skipped.
+std::map<std::string, std::string> tcp_sockets() {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    sockaddr_storage local{}, remote{};
+    socklen_t local_len = sizeof(local), remote_len = sizeof(remote);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (local.ss_family != AF_INET && local.ss_family != AF_INET6) continue;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) continue;
+    try {
+      out[gloo::transport::tcp::Address(local).str()] = gloo::transport::tcp::Address(remote).str();
+    } catch (...) {
+      // Not an address Gloo can print; not one of Gloo's sockets either.
+    }
+  }
+  return out;
+}
+
+// Waits until every rank's `what` key is present; calls on_value(rank, value) once per rank as
+// soon as its key appears. Throws TimeoutError naming the missing ranks at the deadline.
+void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeout timeout,
+                  const std::function<void(int, const std::string&)>& on_value) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<bool> seen(world_size, false);
+  int missing = world_size;
+  auto pause = milliseconds(1);
+  for (;;) {
+    for (int r = 0; r < world_size; ++r) {
+      if (seen[r] || !rv.has(key(what, r))) continue;
+      on_value(r, from_chars(rv.store.get(key(what, r))));
+      seen[r] = true;
+      --missing;
+    }
+    if (missing == 0) return;
+    if (Clock::now() >= deadline) {
+      std::vector<int> absent;
+      for (int r = 0; r < world_size; ++r) {
+        if (!seen[r]) absent.push_back(r);
+      }
+      throw TimeoutError(detail::concat(
+          "rendezvous through ", rv.description, ": rank(s) ", rank_list(absent), " of ",
+          world_size, " did not ", std::strcmp(what, "join") == 0 ? "join" : "finish connecting",
+          " within ", timeout.count(), " ms; are all ", world_size,
+          " processes running, with the same world size and rendezvous settings?"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(20));
+  }
+}
+
+// Parses "key=value" lines.
+std::map<std::string, std::string> parse_fields(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) fields[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return fields;
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, Timeout default_timeout,
+                   std::map<std::string, int> peer_by_address, std::vector<std::string> hosts)
+      : context_(std::move(context)),
+        peer_by_address_(std::move(peer_by_address)),
+        hosts_(std::move(hosts)) {
+    default_timeout_ = default_timeout;
+  }
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  std::string backend() const override { return "gloo"; }
+
+  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
+                                               Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    check_usable("allgatherv");
+    const int n = size();
+    if (n == 1) return {std::vector<uint8_t>(message.begin(), message.end())};
+    const auto deadline = Clock::now() + timeout;
+
+    // Sizes first: a fixed-size allgather of one u64 per rank.
+    std::vector<uint64_t> sizes(n, 0);
+    sizes[rank()] = message.size();
+    run("allgatherv (sizes)", timeout, [&] {
+      gloo::AllgathervOptions opts(context_);
+      opts.setOutput(sizes.data(), std::vector<size_t>(n, 1));  // own entry primed in place
+      opts.setTag(next_tag());
+      opts.setTimeout(remaining(deadline));
+      gloo::allgatherv(opts);
+    });
+    const std::vector<uint64_t> size_bytes(n, sizeof(uint64_t));
+    bytes_ += ring_allgatherv_bytes(size_bytes, rank());
+
+    uint64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      if (sizes[r] > kMaxMessageBytes) {
+        fail_with<CommError>(detail::concat("allgatherv: rank ", r, " announced a message of ",
+                                            sizes[r], " bytes, over the limit of ",
+                                            kMaxMessageBytes, " (corrupt or mismatched peer)"));
+      }
+      total += sizes[r];
+    }
+
+    // Then the payload with exact counts.
+    std::vector<uint8_t> flat(total);
+    std::vector<size_t> offsets(n, 0);
+    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+    if (!message.empty())
+      std::memcpy(flat.data() + offsets[rank()], message.data(), message.size());
+    if (total > 0) {
+      run("allgatherv", timeout, [&] {
+        gloo::AllgathervOptions opts(context_);
+        opts.setOutput(flat.data(), std::vector<size_t>(sizes.begin(), sizes.end()));
+        opts.setTag(next_tag());
+        opts.setTimeout(remaining(deadline));
+        gloo::allgatherv(opts);
+      });
+      bytes_ += ring_allgatherv_bytes(sizes, rank());
+    }
+
+    std::vector<std::vector<uint8_t>> out(n);
+    for (int r = 0; r < n; ++r) {
+      const auto* begin = flat.data() + offsets[r];
+      out[r].assign(begin, begin + sizes[r]);
+    }
+    return out;
+  }
+
+  void allreduce_sum(std::span<float> values, Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    check_usable("allreduce");
+    if (size() == 1 || values.empty()) return;
+    run("allreduce", timeout, [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setOutput(values.data(), values.size());
+      void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+      opts.setReduceFunction(sum);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      gloo::allreduce(opts);
+    });
+    bytes_ += ring_allreduce_bytes(values.size_bytes(), size());
+  }
+
+  void broadcast(std::span<uint8_t> data, int root, Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    check_usable("broadcast");
+    DGC_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
+    if (size() == 1 || data.empty()) return;
+    run("broadcast", timeout, [&] {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(data.data(), data.size());
+      opts.setRoot(root);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      gloo::broadcast(opts);
+    });
+    bytes_ += tree_broadcast_bytes(data.size(), rank(), root, size());
+  }
+
+  void barrier(Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    check_usable("barrier");
+    if (size() == 1) return;
+    run("barrier", timeout, [&] {
+      gloo::BarrierOptions opts(context_);
+      opts.setTag(next_tag());
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  uint32_t next_tag() { return tag_++; }
+
+  void check_usable(const char* op) const {
+    if (!failure_.empty()) {
+      throw CommError(
+          detail::concat("gloo ", op, " on rank ", rank(),
+                         ": the communicator is unusable after an earlier error: ", failure_));
+    }
+  }
+
+  template <typename F>
+  void run(const char* op, Timeout timeout, F&& body) {
+    const auto start = Clock::now();
+    try {
+      body();
+    } catch (const gloo::IoException& e) {
+      translate(op, timeout, start, e.what());
+    } catch (const gloo::EnforceNotMet& e) {
+      translate(op, timeout, start, e.what());
+    } catch (const gloo::Exception& e) {
+      translate(op, timeout, start, e.what());
+    }
+  }
+
+  // Gloo's messages name the peer by address ("... [127.0.0.1]:41235"); say which rank it is.
+  std::string describe_peer(const std::string& message) const {
+    for (const auto& [address, peer] : peer_by_address_) {
+      if (message.find(address) != std::string::npos) {
+        return detail::concat("peer rank ", peer, " (", hosts_[peer], ", ", address, ")");
+      }
+    }
+    return {};
+  }
+
+  [[noreturn]] void translate(const char* op, Timeout timeout, Clock::time_point start,
+                              const std::string& gloo_message) {
+    const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+    const bool timed_out = gloo_message.find("Timed out") != std::string::npos ||
+                           gloo_message.find("imeout") != std::string::npos;
+    const std::string peer = describe_peer(gloo_message);
+    std::string what;
+    if (timed_out) {
+      what =
+          detail::concat("gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ",
+                         elapsed, " ms (timeout ", timeout.count(), " ms): a peer stalled or died",
+                         peer.empty() ? "" : "; waiting for " + peer);
+    } else {
+      const bool closed = gloo_message.find("closed") != std::string::npos ||
+                          gloo_message.find("reset") != std::string::npos ||
+                          gloo_message.find("Broken pipe") != std::string::npos;
+      what = detail::concat("gloo ", op, " failed on rank ", rank(), " of ", size(), " after ",
+                            elapsed, " ms: ",
+                            peer.empty() ? std::string("a peer connection failed")
+                                         : (closed ? peer + " closed the connection (it died, "
+                                                            "exited or gave up on an error)"
+                                                   : "error on the connection to " + peer));
+    }
+    what += " [gloo: " + gloo_message + "]";
+    if (timed_out) fail_with<TimeoutError>(what);
+    fail_with<CommError>(what);
+  }
+
+  // Records the failure, closes every connection (so that peers blocked on this rank learn at
+  // once instead of at their own timeout) and throws.
+  template <typename E>
+  [[noreturn]] void fail_with(const std::string& what) {
+    failure_ = what;
+    try {
+      context_->closeConnections();
+    } catch (...) {
+      // Best effort: the connections may already be gone.
+    }
+    throw E(what);
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::map<std::string, int> peer_by_address_;
+  std::vector<std::string> hosts_;
+  uint32_t tag_ = 0;
+  std::string failure_;
+};
+
+// Gloo throws three unrelated types; turn any of them into a CommError with context.
+template <typename F>
+auto with_gloo_errors(const std::string& what, F&& body) {
+  try {
+    return body();
+  } catch (const gloo::IoException& e) {
+    throw CommError(what + ": " + e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw CommError(what + ": " + e.what());
+  } catch (const gloo::Exception& e) {
+    throw CommError(what + ": " + e.what());
+  }
+}
+
+// Gloo writes with writev(), which raises SIGPIPE when the peer has died; at the default
+// disposition that kills the survivor instead of letting it report the error. Ignore SIGPIPE
+// unless the program installed a handler of its own.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      std::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int world_size,
+                                           const std::string& hostname, Timeout timeout) {
+  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  ignore_sigpipe();
+  DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
+  DGC_CHECK(timeout.count() > 0, "timeout must be positive");
+
+  // 1. Join.
+  const std::string host = this_host();
+  with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
+                                  " cannot register (a key from an earlier run? use a fresh "
+                                  "rendezvous)"),
+                   [&] {
+                     rv.store.set(key("join", rank), to_chars(detail::concat(
+                                                         "world_size=", world_size, "\nhost=", host,
+                                                         "\npid=", getpid(), "\n")));
+                   });
+  std::vector<std::string> hosts(world_size);
+  wait_for_all(rv, "join", world_size, timeout, [&](int r, const std::string& value) {
+    auto fields = parse_fields(value);
+    const std::string theirs = fields["world_size"];
+    if (theirs != std::to_string(world_size)) {
+      throw MismatchError(
+          detail::concat("world size mismatch at rendezvous through ", rv.description, ": rank ",
+                         rank, " was started with world size ", world_size, " but rank ", r,
+                         " (host ", fields["host"], ", pid ", fields["pid"], ") with ", theirs,
+                         "; start every process with the same world size"));
+    }
+    hosts[r] = detail::concat("host ", fields["host"], " pid ", fields["pid"]);
+  });
+
+  // 2. Connect.
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
+  context->setTimeout(timeout);
+  with_gloo_errors(detail::concat("rank ", rank, ": connecting the Gloo TCP transport (hostname '",
+                                  hostname, "') through ", rv.description, " failed"),
+                   [&] {
+                     gloo::transport::tcp::attr attr;
+                     attr.hostname = hostname;
+                     auto device = gloo::transport::tcp::CreateDevice(attr);
+                     gloo::rendezvous::PrefixStore gloo_store("gloo", rv.store);
+                     context->connectFullMesh(gloo_store, device);
+                   });
+
+  // 3. Ready: publish this rank's side of each connection, learn the peers' sides. Gloo names a
+  // peer by the remote address of the socket ("[127.0.0.1]:41235"). Where this rank accepted
+  // the connection, that is the peer's ephemeral port: find it on our own socket whose local
+  // address is the pair's. Where this rank connected, it is the peer's listening address, which
+  // the peer publishes here.
+  const auto sockets = tcp_sockets();
+  std::map<std::string, int> peer_by_address;
+  std::ostringstream mine;
+  for (int r = 0; r < world_size; ++r) {
+    if (r == rank) continue;
+    const std::string self = context->getPair(r)->address().str();
+    mine << r << "=" << self << "\n";
+    if (auto it = sockets.find(self); it != sockets.end()) peer_by_address[it->second] = r;
+  }
+  // Gloo's own rendezvous data: every rank's listening address for each of its pairs (Gloo keeps
+  // that as the peer's name on some connections). Key and layout are Gloo's: the key is the
+  // rank, the value its pairs' addresses in rank order, itself skipped.
+  for (int r = 0; r < world_size; ++r) {
+    if (r == rank) continue;
+    try {
+      gloo::rendezvous::PrefixStore gloo_store("gloo", rv.store);
+      const auto all = gloo_store.get(std::to_string(r));
+      const size_t each = all.size() / static_cast<size_t>(world_size - 1);
+      const size_t index = static_cast<size_t>(rank < r ? rank : rank - 1);
+      if (each > 0 && all.size() % each == 0) {
+        const std::vector<char> bytes(all.begin() + index * each, all.begin() + (index + 1) * each);
+        peer_by_address.emplace(gloo::transport::tcp::Address(bytes).str(), r);
+      }
+    } catch (...) {
+      // Diagnostics only.
+    }
+  }
+  rv.store.set(key("ready", rank), to_chars(mine.str()));
+  wait_for_all(rv, "ready", world_size, timeout, [&](int r, const std::string& value) {
+    if (r == rank) return;
+    auto fields = parse_fields(value);
+    auto it = fields.find(std::to_string(rank));
+    if (it != fields.end()) peer_by_address[it->second] = r;
+  });
+  return std::make_unique<GlooCommunicator>(std::move(context), timeout, std::move(peer_by_address),
+                                            std::move(hosts));
+}
+
+std::string resolve_hostname(const GlooOptions& options) {
+  return options.hostname.empty() ? this_host() : options.hostname;
+}
+
+}  // namespace
+
+void run_local(int world_size, const GlooOptions& options,
+               const std::function<void(Communicator&)>& fn) {
+  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  LocalStore store;
+  Rendezvous rv{store, [&store](const std::string& k) { return store.has(k); },
+                "the in-process store"};
+  const std::string hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
+  std::vector<std::exception_ptr> errors(world_size);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = connect_gloo(rv, r, world_size, hostname, options.timeout);
+        fn(*comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, int rank,
+                                                int world_size, const GlooOptions& options) {
+  DGC_CHECK(!directory.empty(), "rendezvous directory must not be empty");
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    throw CommError(
+        detail::concat("rendezvous: cannot create directory '", directory, "': ", ec.message()));
+  }
+  auto store =
+      with_gloo_errors(detail::concat("rendezvous: cannot use directory '", directory, "'"),
+                       [&] { return std::make_unique<DirectoryStore>(directory); });
+  Rendezvous rv{*store, [&store](const std::string& k) { return store->has(k); },
+                detail::concat("directory '", directory, "'")};
+  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout);
+}
+
+std::unique_ptr<Communicator> connect_gloo_tcp(const std::string& master_addr, int master_port,
+                                               int rank, int world_size,
+                                               const GlooOptions& options) {
+  DGC_CHECK(!master_addr.empty(), "MASTER_ADDR must not be empty");
+  TcpStore store(master_addr, master_port, rank, world_size, options.timeout);
+  Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
+                detail::concat("the TCP store at ", master_addr, ":", master_port)};
+  const std::string hostname = !options.hostname.empty()        ? options.hostname
+                               : !store.local_address().empty() ? store.local_address()
+                                                                : this_host();
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = connect_gloo(rv, rank, world_size, hostname, options.timeout);
+  } catch (const MismatchError&) {
+    store.linger_after_refusal(options.timeout);
+    throw;
+  }
+  store.close(options.timeout);
+  return comm;
+}
+
+}  // namespace dgc::comm

@@ -1,0 +1,309 @@
+// Ranks as threads over Gloo (run_local): every collective against a closed-form answer, over
+// world sizes and message sizes, plus the failure paths (a stalled rank, a rank that throws).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "dgc/comm/launch.h"
+#include "dgc/comm/wire_bytes.h"
+#include "dgc/core/error.h"
+
+namespace dgc::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+GlooOptions quick(milliseconds timeout = milliseconds(10000)) {
+  GlooOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+uint8_t pattern(int rank, size_t j) { return static_cast<uint8_t>((rank * 131 + j * 7 + 1) % 251); }
+
+// ---- allgatherv over world sizes x message sizes ----
+
+struct GatherCase {
+  int world_size;
+  size_t bytes;  // rank r sends bytes + r (so sizes differ), or 0 from every rank when bytes == 0
+};
+
+class AllgathervTest : public ::testing::TestWithParam<GatherCase> {};
+
+TEST_P(AllgathervTest, EveryRankGetsEveryMessageExactly) {
+  const auto [n, bytes] = GetParam();
+  auto length = [&](int r) -> size_t { return bytes == 0 ? 0 : bytes + r; };
+  run_local(n, quick(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    EXPECT_EQ(comm.size(), n);
+    EXPECT_EQ(comm.backend(), "gloo");
+    std::vector<uint8_t> mine(length(r));
+    for (size_t j = 0; j < mine.size(); ++j) mine[j] = pattern(r, j);
+    const auto before = comm.bytes();
+    const auto all = comm.allgatherv(mine);
+    ASSERT_EQ(all.size(), static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(all[i].size(), length(i)) << "message of rank " << i << " on rank " << r;
+      for (size_t j = 0; j < all[i].size(); ++j) {
+        ASSERT_EQ(all[i][j], pattern(i, j)) << "byte " << j << " of rank " << i;
+      }
+    }
+    // Ring: sizes (8 bytes from each rank) then payload; rank r forwards all but (r+1)'s.
+    uint64_t total = 0;
+    for (int i = 0; i < n; ++i) total += length(i);
+    const uint64_t sizes = n > 1 ? 8 * (n - 1) : 0;
+    const uint64_t payload_sent = n > 1 ? total - length((r + 1) % n) : 0;
+    const uint64_t payload_received = n > 1 ? total - length(r) : 0;
+    EXPECT_EQ(comm.bytes().sent - before.sent, sizes + payload_sent);
+    EXPECT_EQ(comm.bytes().received - before.received, sizes + payload_received);
+  });
+}
+
+std::vector<GatherCase> gather_cases() {
+  std::vector<GatherCase> cases;
+  for (int n : {1, 2, 3, 4, 8}) {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{1000}, (size_t{1} << 20) + 5}) {
+      cases.push_back({n, bytes});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizesAndMessageSizes, AllgathervTest,
+                         ::testing::ValuesIn(gather_cases()), [](const auto& param_info) {
+                           return "n" + std::to_string(param_info.param.world_size) + "_bytes" +
+                                  std::to_string(param_info.param.bytes);
+                         });
+
+TEST(Allgatherv, OnlySomeRanksSendEmptyMessages) {
+  run_local(4, quick(), [](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<uint8_t> mine(r % 2 == 0 ? 0 : 3 * r);
+    for (size_t j = 0; j < mine.size(); ++j) mine[j] = pattern(r, j);
+    for (int round = 0; round < 3; ++round) {
+      const auto all = comm.allgatherv(mine);
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(all[i].size(), i % 2 == 0 ? 0u : 3u * i);
+        for (size_t j = 0; j < all[i].size(); ++j) ASSERT_EQ(all[i][j], pattern(i, j));
+      }
+    }
+  });
+}
+
+// ---- allreduce, broadcast, barrier ----
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesTest, AllreduceSumsRankDistinctValues) {
+  const int n = GetParam();
+  run_local(n, quick(), [n](Communicator& comm) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, (size_t{1} << 18) + 1}) {
+      std::vector<float> values(count);
+      for (size_t j = 0; j < count; ++j) values[j] = static_cast<float>(comm.rank() + j % 11);
+      const auto before = comm.bytes();
+      comm.allreduce_sum(values);
+      for (size_t j = 0; j < count; ++j) {
+        ASSERT_EQ(values[j], static_cast<float>(n * (n - 1) / 2 + n * (j % 11))) << "element " << j;
+      }
+      const uint64_t expected = n > 1 ? 2 * (n - 1) * (4 * count) / n : 0;
+      EXPECT_EQ(comm.bytes().sent - before.sent, expected);
+      EXPECT_EQ(comm.bytes().received - before.received, expected);
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
+  const int n = GetParam();
+  std::vector<ByteCounters> totals(n);
+  run_local(n, quick(), [&](Communicator& comm) {
+    for (int root = 0; root < n; ++root) {
+      std::vector<uint8_t> data(1000 + root);
+      for (size_t j = 0; j < data.size(); ++j) data[j] = pattern(comm.rank(), j);
+      comm.broadcast(data, root);
+      for (size_t j = 0; j < data.size(); ++j) ASSERT_EQ(data[j], pattern(root, j));
+    }
+    std::vector<float> floats(100, static_cast<float>(comm.rank() + 1));
+    broadcast_floats(comm, floats, 0);
+    for (float f : floats) ASSERT_EQ(f, 1.0f);
+    totals[comm.rank()] = comm.bytes();
+  });
+  // A tree broadcast delivers the buffer once to every non-root rank: in total (n-1)*B is sent
+  // and (n-1)*B received, summed over roots.
+  uint64_t sent = 0, received = 0;
+  for (const auto& t : totals) {
+    sent += t.sent;
+    received += t.received;
+  }
+  uint64_t expected = 400 * static_cast<uint64_t>(n - 1);
+  for (int root = 0; root < n; ++root) expected += static_cast<uint64_t>(n - 1) * (1000 + root);
+  EXPECT_EQ(sent, expected);
+  EXPECT_EQ(received, expected);
+}
+
+TEST_P(CollectivesTest, BarrierWaitsForTheSlowestRank) {
+  const int n = GetParam();
+  std::atomic<int> arrived{0};
+  run_local(n, quick(), [&](Communicator& comm) {
+    if (comm.rank() == n - 1) std::this_thread::sleep_for(milliseconds(200));
+    arrived.fetch_add(1);
+    comm.barrier();
+    EXPECT_EQ(arrived.load(), n) << "rank " << comm.rank() << " left the barrier early";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(1, 2, 3, 4, 8));
+
+TEST(Collectives, BroadcastRejectsABadRoot) {
+  run_local(2, quick(), [](Communicator& comm) {
+    std::vector<uint8_t> data(4);
+    EXPECT_THROW(comm.broadcast(data, 2), InvalidArgument);
+    EXPECT_THROW(comm.broadcast(data, -1), InvalidArgument);
+  });
+}
+
+// ---- failures ----
+
+TEST(Failure, StalledRankMakesEveryOtherRankFailWithinTheTimeout) {
+  constexpr int n = 4;
+  constexpr int stalled = 2;
+  const milliseconds timeout(1500);
+  std::mutex mutex;
+  std::vector<std::string> errors(n);
+  std::vector<bool> timeouts(n, false);
+  std::vector<milliseconds> elapsed(n, milliseconds(0));
+  std::atomic<int> finished{0};
+  run_local(n, quick(), [&](Communicator& comm) {
+    std::vector<float> values(1024, 1.0f);
+    comm.allreduce_sum(values, timeout);  // everyone is connected and working
+    if (comm.rank() == stalled) {
+      // Stops participating; bounded wait until the others have given up.
+      const auto deadline = Clock::now() + milliseconds(15000);
+      while (finished.load() < n - 1 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      return;
+    }
+    const auto start = Clock::now();
+    try {
+      comm.allreduce_sum(values, timeout);
+      std::lock_guard lock(mutex);
+      errors[comm.rank()] = "no error";
+    } catch (const TimeoutError& e) {
+      std::lock_guard lock(mutex);
+      errors[comm.rank()] = e.what();
+      timeouts[comm.rank()] = true;
+    } catch (const CommError& e) {
+      std::lock_guard lock(mutex);
+      errors[comm.rank()] = e.what();
+    }
+    elapsed[comm.rank()] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    // After an error the communicator refuses further work at once.
+    EXPECT_THROW(comm.barrier(timeout), CommError);
+    finished.fetch_add(1);
+  });
+  int timed_out = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == stalled) continue;
+    EXPECT_NE(errors[r], "no error") << "rank " << r;
+    EXPECT_FALSE(errors[r].empty()) << "rank " << r;
+    EXPECT_LE(elapsed[r], timeout + milliseconds(1500)) << "rank " << r << ": " << errors[r];
+    timed_out += timeouts[r] ? 1 : 0;
+    std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(elapsed[r].count()),
+                errors[r].c_str());
+  }
+  EXPECT_GE(timed_out, 1) << "the ranks waiting on the stalled one report a TimeoutError";
+}
+
+TEST(Failure, RankThatThrowsReleasesItsPeersPromptly) {
+  constexpr int n = 3;
+  const milliseconds timeout(20000);  // the peers must learn long before this
+  std::vector<milliseconds> elapsed(n, milliseconds(0));
+  std::vector<bool> comm_error(n, false);
+  try {
+    run_local(n, quick(timeout), [&](Communicator& comm) {
+      comm.barrier();
+      if (comm.rank() == 1) throw NumericError("rank 1 gives up");
+      const auto start = Clock::now();
+      try {
+        std::vector<float> values(16, 1.0f);
+        comm.allreduce_sum(values, timeout);
+      } catch (const CommError&) {
+        comm_error[comm.rank()] = true;
+      }
+      elapsed[comm.rank()] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    });
+    FAIL() << "run_local must rethrow rank 1's exception";
+  } catch (const NumericError& e) {
+    EXPECT_STREQ(e.what(), "rank 1 gives up");
+  }
+  for (int r : {0, 2}) {
+    EXPECT_TRUE(comm_error[r]) << "rank " << r;
+    EXPECT_LT(elapsed[r], milliseconds(5000)) << "rank " << r;
+  }
+}
+
+TEST(Failure, DefaultTimeoutComesFromTheOptions) {
+  constexpr int n = 2;
+  std::vector<milliseconds> elapsed(n, milliseconds(0));
+  run_local(n, quick(milliseconds(800)), [&](Communicator& comm) {
+    EXPECT_EQ(comm.default_timeout(), milliseconds(800));
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(milliseconds(2500));
+      return;
+    }
+    const auto start = Clock::now();
+    std::vector<uint8_t> message(10);
+    EXPECT_THROW(comm.allgatherv(message), CommError);  // kDefaultTimeout -> 800 ms
+    elapsed[0] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+  });
+  EXPECT_GE(elapsed[0], milliseconds(700));
+  EXPECT_LE(elapsed[0], milliseconds(2300));
+}
+
+TEST(RunLocal, RejectsABadWorldSize) {
+  EXPECT_THROW(run_local(0, quick(), [](Communicator&) {}), InvalidArgument);
+}
+
+// ---- wire byte formulas ----
+
+TEST(WireBytes, RingAllgathervForwardsAllButTheNextRanksMessage) {
+  const std::vector<uint64_t> sizes = {10, 20, 30, 40};
+  for (int r = 0; r < 4; ++r) {
+    const auto c = ring_allgatherv_bytes(sizes, r);
+    EXPECT_EQ(c.sent, 100 - sizes[(r + 1) % 4]);
+    EXPECT_EQ(c.received, 100 - sizes[r]);
+  }
+  EXPECT_EQ(ring_allgatherv_bytes(std::vector<uint64_t>{5}, 0).sent, 0u);
+}
+
+TEST(WireBytes, RingAllreduceSendsTwoNMinusOneOverNOfTheBuffer) {
+  EXPECT_EQ(ring_allreduce_bytes(1000, 1).sent, 0u);
+  EXPECT_EQ(ring_allreduce_bytes(1000, 2).sent, 1000u);
+  EXPECT_EQ(ring_allreduce_bytes(1000, 4).sent, 1500u);
+  EXPECT_EQ(ring_allreduce_bytes(800, 8).received, 1400u);
+}
+
+TEST(WireBytes, TreeBroadcastSendsEachBufferOncePerChild) {
+  for (int n : {1, 2, 3, 5, 8, 13}) {
+    for (int root = 0; root < n; ++root) {
+      uint64_t sent = 0, received = 0;
+      for (int r = 0; r < n; ++r) {
+        const auto c = tree_broadcast_bytes(100, r, root, n);
+        sent += c.sent;
+        received += c.received;
+        EXPECT_EQ(c.received, r == root ? 0u : 100u);
+      }
+      EXPECT_EQ(sent, 100u * (n - 1));
+      EXPECT_EQ(received, 100u * (n - 1));
+    }
+  }
+  EXPECT_EQ(tree_broadcast_bytes(10, 0, 0, 8).sent, 30u);  // root of 8: three children
+}
+
+}  // namespace
+}  // namespace dgc::comm

@@ -1,0 +1,86 @@
+// Shared by the test workers (separate processes that the multi-process tests launch): how a
+// worker connects, and how it reports an error through its exit code.
+//
+//   worker ... [--file DIR --rank R --world N] [--timeout-ms T]
+// With --file: Gloo through a shared directory. Otherwise from the environment
+// (detect_launch()): torchrun variables -> Gloo over the TCP store; Open MPI's -> MPI.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "dgc/comm/launch.h"
+#include "dgc/core/error.h"
+
+namespace dgc::test {
+
+// Exit codes of the workers; the tests assert on them.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitCheckFailed = 2,
+  kExitMismatch = 3,
+  kExitTimeout = 4,
+  kExitComm = 5,
+  kExitOtherError = 6,
+};
+
+// "--name value" pairs; flags without a value are not used by the workers.
+inline std::map<std::string, std::string> parse_args(int argc, char** argv, int first) {
+  std::map<std::string, std::string> args;
+  for (int i = first; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+  return args;
+}
+
+inline std::unique_ptr<comm::Communicator> connect_worker(
+    const std::map<std::string, std::string>& args) {
+  const auto get = [&](const char* name, const char* fallback) {
+    auto it = args.find(name);
+    return it == args.end() ? std::string(fallback) : it->second;
+  };
+  comm::GlooOptions options;
+  options.timeout = std::chrono::milliseconds(std::stol(get("--timeout-ms", "10000")));
+  if (args.count("--file")) {
+    return comm::connect_gloo_file(get("--file", ""), std::stoi(get("--rank", "0")),
+                                   std::stoi(get("--world", "1")), options);
+  }
+  const auto launch = comm::detect_launch();
+  switch (launch.kind) {
+    case comm::LaunchEnv::Kind::kTorchrun:
+      return comm::connect_gloo_tcp(launch.master_addr, launch.master_port, launch.rank,
+                                    launch.world_size, options);
+    case comm::LaunchEnv::Kind::kMpi:
+      return comm::connect_mpi(options.timeout);
+    case comm::LaunchEnv::Kind::kLocal:
+      break;
+  }
+  throw InvalidArgument("worker: no --file and no torchrun/MPI launch variables");
+}
+
+// Runs body(); maps the exception, if any, to an exit code and prints it as
+// "error: <kind>: <message>" on stderr.
+inline int run_worker(const std::function<int()>& body) {
+  auto report = [](const char* kind, const char* what, int code) {
+    std::fprintf(stderr, "error: %s: %s\n", kind, what);
+    std::fflush(stderr);
+    return code;
+  };
+  try {
+    return body();
+  } catch (const MismatchError& e) {
+    return report("MismatchError", e.what(), kExitMismatch);
+  } catch (const TimeoutError& e) {
+    return report("TimeoutError", e.what(), kExitTimeout);
+  } catch (const CommError& e) {
+    return report("CommError", e.what(), kExitComm);
+  } catch (const std::exception& e) {
+    return report("Error", e.what(), kExitOtherError);
+  }
+}
+
+}  // namespace dgc::test

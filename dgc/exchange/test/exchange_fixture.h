@@ -1,0 +1,131 @@
+// Test data for the exchange, shared by the in-process tests and the multi-process worker: a
+// small model layout, rank-distinct random sparse selections (with indices that collide across
+// ranks) and dense gradients, and the directly computed expected result (sum over ranks / N).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dgc/core/selection.h"
+#include "dgc/exchange/exchange.h"
+
+namespace dgc::test {
+
+// Two compressed tensors (2-D, >= 1024 elements) and three dense ones, interleaved.
+inline std::vector<TensorSpec> model_layout(int64_t fc_inputs = 300) {
+  PolicyOptions policy;
+  policy.min_numel = 1024;
+  return make_layout({{"conv.weight", {16, 8, 3, 3}},
+                      {"conv.bias", {16}},
+                      {"fc.weight", {10, fc_inputs}},
+                      {"fc.bias", {10}},
+                      {"norm.weight", {16}}},
+                     policy);
+}
+
+inline uint64_t seed_of(int rank, uint64_t iteration, size_t tensor) {
+  return 1000003ull * static_cast<uint64_t>(rank + 1) + 7919ull * iteration + tensor;
+}
+
+// About `count` sorted unique indices in [0, numel): always 0 and numel - 1 (so every rank
+// collides there), the rest drawn from the first 4 * count elements (so ranks collide often).
+// Values are multiples of 1/64 in [-2, 2], exact in fp32, fp16 and bf16.
+inline Selection random_selection(uint64_t numel, size_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::set<uint32_t> indices = {0, static_cast<uint32_t>(numel - 1)};
+  const uint64_t range = std::min<uint64_t>(numel, 4 * count);
+  while (indices.size() < std::min<uint64_t>(count, numel)) {
+    indices.insert(static_cast<uint32_t>(rng() % range));
+  }
+  Selection s;
+  s.indices.assign(indices.begin(), indices.end());
+  for (size_t i = 0; i < s.indices.size(); ++i) {
+    float v = static_cast<float>(static_cast<int64_t>(rng() % 257) - 128) / 64.0f;
+    if (v == 0.0f) v = 1.0f / 64.0f;
+    s.values.push_back(v);
+  }
+  return s;
+}
+
+// This rank's inputs for one iteration.
+struct RankInputs {
+  std::vector<Selection> selections;  // per compressed tensor
+  std::vector<float> dense;           // the dense-path tensors, concatenated
+};
+
+inline RankInputs rank_inputs(const std::vector<TensorSpec>& layout, int rank, uint64_t iteration) {
+  RankInputs in;
+  size_t c = 0;
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const auto numel = static_cast<uint64_t>(layout[t].numel());
+    if (layout[t].path == TensorPath::kCompressed) {
+      const size_t count = 5 + (rank * 3 + iteration) % 17;
+      in.selections.push_back(random_selection(numel, count, seed_of(rank, iteration, c++)));
+    } else {
+      for (uint64_t j = 0; j < numel; ++j) {
+        in.dense.push_back(0.5f * static_cast<float>(rank + 1) + static_cast<float>(j % 3) -
+                           0.25f * static_cast<float>(iteration));
+      }
+    }
+  }
+  return in;
+}
+
+// Expected outputs: per compressed tensor the dense sum over ranks of the selections / N, and
+// the average of the dense gradients. Computed in double, directly.
+struct Expected {
+  std::vector<std::vector<double>> updates;
+  std::vector<double> dense;
+};
+
+inline Expected expected_result(const std::vector<TensorSpec>& layout, int world_size,
+                                uint64_t iteration) {
+  Expected e;
+  for (const auto& t : layout) {
+    if (t.path == TensorPath::kCompressed) e.updates.emplace_back(t.numel(), 0.0);
+  }
+  for (int r = 0; r < world_size; ++r) {
+    const auto in = rank_inputs(layout, r, iteration);
+    for (size_t c = 0; c < in.selections.size(); ++c) {
+      for (size_t i = 0; i < in.selections[c].indices.size(); ++i) {
+        e.updates[c][in.selections[c].indices[i]] += in.selections[c].values[i];
+      }
+    }
+    if (e.dense.empty()) e.dense.assign(in.dense.size(), 0.0);
+    for (size_t j = 0; j < in.dense.size(); ++j) e.dense[j] += in.dense[j];
+  }
+  for (auto& u : e.updates) {
+    for (auto& x : u) x /= world_size;
+  }
+  for (auto& x : e.dense) x /= world_size;
+  return e;
+}
+
+// Largest |got - expected| over all outputs.
+inline double max_error(const Expected& e, const std::vector<std::vector<float>>& updates,
+                        const std::vector<float>& dense) {
+  double worst = 0.0;
+  for (size_t c = 0; c < e.updates.size(); ++c) {
+    for (size_t i = 0; i < e.updates[c].size(); ++i) {
+      worst = std::max(worst, std::abs(updates[c][i] - e.updates[c][i]));
+    }
+  }
+  for (size_t j = 0; j < e.dense.size(); ++j) {
+    worst = std::max(worst, std::abs(dense[j] - e.dense[j]));
+  }
+  return worst;
+}
+
+// Spans over a vector of buffers, as Exchange::run takes them.
+inline std::vector<std::span<float>> spans(std::vector<std::vector<float>>& buffers) {
+  std::vector<std::span<float>> out;
+  for (auto& b : buffers) out.emplace_back(b);
+  return out;
+}
+
+}  // namespace dgc::test
