@@ -40,6 +40,7 @@
 #include "dgc/cli/commands.h"
 #include "dgc/comm/communicator.h"
 #include "dgc/comm/launch.h"
+#include "dgc/core/codec.h"
 #include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
 #include "dgc/core/options.h"
@@ -68,6 +69,7 @@ struct BenchExchangeOptions {
   std::string hostname;             // Gloo: address to bind (empty: from the rendezvous)
   double timeout_seconds = 120.0;   // per collective and for rendezvous
   bool json = false;                // one JSON object per line instead of a table
+  bool breakdown = false;           // also time the parts of an exchange iteration separately
 };
 
 constexpr int kDefaultLocalWorkers = 4;
@@ -154,6 +156,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The parts of one exchange iteration, timed separately with the same sizes and in the same order
+// as Exchange::run does them: slowest rank per repeat, median over repeats (seconds).
+struct Breakdown {
+  double barrier = 0.0;         // a barrier alone: the latency floor of one collective
+  double encode = 0.0;          // MessageWriter: this rank's message
+  double allgatherv = 0.0;      // Communicator::allgatherv of the messages (sizes, then payload)
+  double flag_allreduce = 0.0;  // allreduce of the dense-path part + the bad-gradient flag
+  double decode = 0.0;          // validate every message, zero the update, decode_add every message
+  // ... and its parts:
+  double validate = 0.0;  // validate_message on every message
+  double zero = 0.0;      // zeroing the update buffer
+  double add = 0.0;       // decode_add of every message (it validates again, then adds)
+  double scatter = 0.0;   // only the additions: the same (index, value) pairs, already decoded
+};
+
 // Everything rank 0 prints; computed collectively, so identical on every rank.
 struct Result {
   std::string backend;
@@ -181,6 +198,7 @@ struct Result {
   bool verified = false;
   bool dense_verified = false;
   int64_t mismatches = 0;  // summed over ranks (DGC and dense)
+  std::optional<Breakdown> breakdown;
 };
 
 // Checks this rank's exchange outputs against the directly computed sum over all ranks' selections
@@ -261,6 +279,80 @@ int64_t verify_dense(const BenchExchangeOptions& o, int world_size, std::span<co
   return mismatches;
 }
 
+Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
+                      const Selection& selection, std::span<float> update, comm::Timeout timeout) {
+  const ValueType type = parse_value_type(o.value_type);
+  const float scale = 1.0f / static_cast<float>(comm.size());
+  const std::vector<uint64_t> numels = {static_cast<uint64_t>(o.numel)};
+  const std::span<const std::span<float>> updates(&update, 1);
+  std::vector<uint8_t> message;
+  std::vector<float> flag(static_cast<size_t>(o.dense_numel) + 1, 0.0f);
+  std::vector<double> barrier, encode, gather, reduce, decode, validate, zero, add, scatter;
+  std::vector<std::pair<uint32_t, float>> pairs;
+  std::vector<std::vector<uint8_t>> last_messages;
+  for (int i = 0; i < o.repeats; ++i) {
+    comm.barrier(timeout);
+    auto start = std::chrono::steady_clock::now();
+    comm.barrier(timeout);
+    barrier.push_back(seconds_since(start));
+
+    start = std::chrono::steady_clock::now();
+    MessageWriter writer(type, static_cast<uint64_t>(i));
+    writer.add(0, numels[0], selection.indices, selection.values);
+    writer.finish(message);
+    encode.push_back(seconds_since(start));
+
+    comm.barrier(timeout);
+    start = std::chrono::steady_clock::now();
+    const auto messages = comm.allgatherv(message, timeout);
+    gather.push_back(seconds_since(start));
+
+    comm.barrier(timeout);
+    start = std::chrono::steady_clock::now();
+    comm.allreduce_sum(flag, timeout);
+    reduce.push_back(seconds_since(start));
+
+    comm.barrier(timeout);
+    start = std::chrono::steady_clock::now();
+    for (const auto& m : messages) validate_message(m, numels);
+    const double validated = seconds_since(start);
+    std::fill(update.begin(), update.end(), 0.0f);
+    const double zeroed = seconds_since(start);
+    for (const auto& m : messages) decode_add(m, updates, scale);
+    const double added = seconds_since(start);
+    decode.push_back(added);
+    validate.push_back(validated);
+    zero.push_back(zeroed - validated);
+    add.push_back(added - zeroed);
+
+    pairs.clear();
+    for (const auto& m : messages) {
+      decode_message(m, numels, [&](uint32_t, uint64_t index, float value) {
+        pairs.emplace_back(static_cast<uint32_t>(index), value);
+      });
+    }
+    comm.barrier(timeout);
+    start = std::chrono::steady_clock::now();
+    for (const auto& [index, value] : pairs) update[index] += scale * value;
+    scatter.push_back(seconds_since(start));
+    if (i + 1 == o.repeats) last_messages = messages;
+  }
+  Breakdown b;
+  b.barrier = slowest_rank_stats(comm, barrier, timeout).first;
+  b.encode = slowest_rank_stats(comm, encode, timeout).first;
+  b.allgatherv = slowest_rank_stats(comm, gather, timeout).first;
+  b.flag_allreduce = slowest_rank_stats(comm, reduce, timeout).first;
+  b.decode = slowest_rank_stats(comm, decode, timeout).first;
+  b.validate = slowest_rank_stats(comm, validate, timeout).first;
+  b.zero = slowest_rank_stats(comm, zero, timeout).first;
+  b.add = slowest_rank_stats(comm, add, timeout).first;
+  b.scatter = slowest_rank_stats(comm, scatter, timeout).first;
+  // The scatter pass added everything twice: leave the exchange's sum in `update` again.
+  std::fill(update.begin(), update.end(), 0.0f);
+  for (const auto& m : last_messages) decode_add(m, updates, scale);
+  return b;
+}
+
 Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
                 const std::string& launch) {
   const comm::Timeout timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
@@ -313,6 +405,8 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   }
   DGC_CHECK_EQ(bad_ranks, 0, "no rank flags its gradient in this benchmark");
   const ExchangeBytes dgc_bytes = exchange.last();
+  std::optional<Breakdown> breakdown;
+  if (o.breakdown) breakdown = time_phases(comm, o, selection, update, timeout);
 
   // Dense baseline: allreduce of the whole gradient, a fresh copy each time.
   std::vector<float> dense(gradient.size());
@@ -335,7 +429,8 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   dense_sent /= o.dense_repeats;
   dense_received /= o.dense_repeats;
 
-  // Verification, outside timing. `gradient` is free now: it serves as scratch for peers.
+  // Verification, outside timing (the breakdown's decode left the same sum in `update`). `gradient`
+  // is free now: it serves as scratch for peers.
   int64_t dense_mismatches = verify_dense(o, n, dense);
   dense = {};
   int64_t dgc_mismatches =
@@ -384,6 +479,7 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   res.verified = dgc_bad == 0;
   res.dense_verified = dense_bad == 0;
   res.mismatches = static_cast<int64_t>(dgc_bad + dense_bad);
+  res.breakdown = breakdown;
   return res;
 }
 
@@ -394,39 +490,53 @@ std::string layout_description(const Result& r) {
 }
 
 void print_result(const Result& r, const BenchExchangeOptions& o) {
-  const double speedup = r.dgc_seconds > 0 ? r.dense_seconds / r.dgc_seconds : 0.0;
+  // With one rank nothing travels and both times are ~0: no speedup to report.
+  const bool has_speedup = r.workers > 1 && r.dgc_seconds > 0 && r.dense_seconds > 0;
+  const double speedup = has_speedup ? r.dense_seconds / r.dgc_seconds : 0.0;
   const double ratio =
       r.message_bytes > 0 ? static_cast<double>(r.dense_gradient_bytes) / r.message_bytes : 0.0;
   const double bytes_per_second = o.bandwidth_gbit * 1e9 / 8.0;
   if (o.json) {
-    nlohmann::json j = {{"benchmark", "exchange"},
-                        {"backend", r.backend},
-                        {"launch", r.launch},
-                        {"workers", r.workers},
-                        {"numel", r.numel},
-                        {"dense_numel", r.dense_numel},
-                        {"layout", layout_description(r)},
-                        {"density", r.density},
-                        {"value_type", r.value_type},
-                        {"selected_per_rank", r.selected_per_rank},
-                        {"repeats", r.repeats},
-                        {"dense_repeats", r.dense_repeats},
-                        {"select_seconds", r.select_seconds},
-                        {"dgc_seconds", r.dgc_seconds},
-                        {"dgc_seconds_min", r.dgc_seconds_min},
-                        {"dense_seconds", r.dense_seconds},
-                        {"dense_seconds_min", r.dense_seconds_min},
-                        {"speedup", speedup},
-                        {"message_bytes", r.message_bytes},
-                        {"dense_gradient_bytes", r.dense_gradient_bytes},
-                        {"compression_ratio", ratio},
-                        {"bytes_sent_per_rank", r.bytes_sent_per_rank},
-                        {"bytes_received_per_rank", r.bytes_received_per_rank},
-                        {"busiest_link_bytes", r.busiest_link_bytes},
-                        {"dense_bytes_per_rank", r.dense_bytes_per_rank},
-                        {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
-                        {"verified", r.verified},
-                        {"dense_verified", r.dense_verified}};
+    nlohmann::ordered_json j = {{"benchmark", "exchange"},
+                                {"backend", r.backend},
+                                {"launch", r.launch},
+                                {"workers", r.workers},
+                                {"numel", r.numel},
+                                {"dense_numel", r.dense_numel},
+                                {"layout", layout_description(r)},
+                                {"density", r.density},
+                                {"value_type", r.value_type},
+                                {"selected_per_rank", r.selected_per_rank},
+                                {"repeats", r.repeats},
+                                {"dense_repeats", r.dense_repeats},
+                                {"select_seconds", r.select_seconds},
+                                {"dgc_seconds", r.dgc_seconds},
+                                {"dgc_seconds_min", r.dgc_seconds_min},
+                                {"dense_seconds", r.dense_seconds},
+                                {"dense_seconds_min", r.dense_seconds_min},
+                                {"speedup", has_speedup ? nlohmann::ordered_json(speedup)
+                                                        : nlohmann::ordered_json(nullptr)},
+                                {"message_bytes", r.message_bytes},
+                                {"dense_gradient_bytes", r.dense_gradient_bytes},
+                                {"compression_ratio", ratio},
+                                {"bytes_sent_per_rank", r.bytes_sent_per_rank},
+                                {"bytes_received_per_rank", r.bytes_received_per_rank},
+                                {"busiest_link_bytes", r.busiest_link_bytes},
+                                {"dense_bytes_per_rank", r.dense_bytes_per_rank},
+                                {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
+                                {"verified", r.verified},
+                                {"dense_verified", r.dense_verified}};
+    if (r.breakdown) {
+      j["breakdown"] = {{"barrier_seconds", r.breakdown->barrier},
+                        {"encode_seconds", r.breakdown->encode},
+                        {"allgatherv_seconds", r.breakdown->allgatherv},
+                        {"flag_allreduce_seconds", r.breakdown->flag_allreduce},
+                        {"decode_seconds", r.breakdown->decode},
+                        {"decode_validate_seconds", r.breakdown->validate},
+                        {"decode_zero_seconds", r.breakdown->zero},
+                        {"decode_add_seconds", r.breakdown->add},
+                        {"scatter_only_seconds", r.breakdown->scatter}};
+    }
     if (o.bandwidth_gbit > 0) {
       j["bandwidth_gbit"] = o.bandwidth_gbit;
       j["wire_bound_seconds"] = r.busiest_link_bytes / bytes_per_second;
@@ -447,14 +557,25 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
     std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "dense allreduce", r.dense_seconds,
                 r.dense_seconds_min, static_cast<unsigned long long>(r.dense_bytes_per_rank),
                 static_cast<unsigned long long>(r.dense_busiest_link_bytes));
-    std::printf(
-        "  speedup %.1fx; message %llu B vs dense gradient %llu B: compression ratio %.1fx\n",
-        speedup, static_cast<unsigned long long>(r.message_bytes),
-        static_cast<unsigned long long>(r.dense_gradient_bytes), ratio);
+    const std::string speedup_text =
+        has_speedup ? detail::concat(std::round(speedup * 10) / 10, "x") : "n/a (one rank)";
+    std::printf("  speedup %s; message %llu B vs dense gradient %llu B: compression ratio %.1fx\n",
+                speedup_text.c_str(), static_cast<unsigned long long>(r.message_bytes),
+                static_cast<unsigned long long>(r.dense_gradient_bytes), ratio);
     if (o.bandwidth_gbit > 0) {
       std::printf("  wire-time bound at %g Gbit/s: DGC %.6f s, dense %.6f s\n", o.bandwidth_gbit,
                   r.busiest_link_bytes / bytes_per_second,
                   r.dense_busiest_link_bytes / bytes_per_second);
+    }
+    if (r.breakdown) {
+      std::printf(
+          "  parts (median s): barrier %.6f, encode %.6f, allgatherv %.6f, flag allreduce %.6f, "
+          "decode %.6f\n"
+          "  decode parts (median s): validate %.6f, zero %.6f, decode_add %.6f; additions "
+          "alone %.6f\n",
+          r.breakdown->barrier, r.breakdown->encode, r.breakdown->allgatherv,
+          r.breakdown->flag_allreduce, r.breakdown->decode, r.breakdown->validate,
+          r.breakdown->zero, r.breakdown->add, r.breakdown->scatter);
     }
     std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)\n",
                 r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
@@ -585,6 +706,9 @@ void add_bench_exchange(CLI::App& bench) {
                   "Seconds per collective and for the rendezvous")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object per line");
+  cmd->add_flag("--breakdown", options->breakdown,
+                "Also time the parts of an exchange iteration separately (encode, allgatherv, "
+                "flag allreduce, decode, a barrier)");
   cmd->callback([options] { run_bench_exchange(*options); });
 }
 
