@@ -400,8 +400,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
   // 1. Join.
   const std::string host = this_host();
   with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
-                                  " cannot register (a key from an earlier run? use a fresh "
-                                  "rendezvous)"),
+                                  " cannot register; the store already holds this rank's key "
+                                  "(from an earlier run?): give every run a fresh, empty "
+                                  "rendezvous directory"),
                    [&] {
                      rv.store.set(key("join", rank), to_chars(detail::concat(
                                                          "world_size=", world_size, "\nhost=", host,

@@ -530,7 +530,7 @@ TcpStore::TcpStore(const std::string& master_addr, int port, int rank, int world
 
 TcpStore::~TcpStore() {
   try {
-    close(milliseconds(1000));
+    close(milliseconds(100));  // the error path: do not hold up the error for goodbyes
   } catch (...) {
   }
   if (fd_ >= 0) ::close(fd_);

@@ -64,7 +64,7 @@ class TcpStore final : public gloo::rendezvous::Store {
 
   // Ends rendezvous. Clients say goodbye and disconnect; rank 0 also waits (up to `timeout`) for
   // every other rank's goodbye, then stops the server and frees the port. Idempotent; the
-  // destructor calls it with a short timeout.
+  // destructor calls it with a 100 ms timeout.
   void close(Timeout timeout);
 
  private:

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "dgc/comm/launch.h"
+#include "dgc/comm/test/test_process.h"
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
 
@@ -179,7 +180,7 @@ TEST(Failure, StalledRankMakesEveryOtherRankFailWithinTheTimeout) {
   std::atomic<int> finished{0};
   run_local(n, quick(), [&](Communicator& comm) {
     std::vector<float> values(1024, 1.0f);
-    comm.allreduce_sum(values, timeout);  // everyone is connected and working
+    comm.allreduce_sum(values, milliseconds(10000));  // everyone is connected and working
     if (comm.rank() == stalled) {
       // Stops participating; bounded wait until the others have given up.
       const auto deadline = Clock::now() + milliseconds(15000);
@@ -211,7 +212,8 @@ TEST(Failure, StalledRankMakesEveryOtherRankFailWithinTheTimeout) {
     if (r == stalled) continue;
     EXPECT_NE(errors[r], "no error") << "rank " << r;
     EXPECT_FALSE(errors[r].empty()) << "rank " << r;
-    EXPECT_LE(elapsed[r], timeout + milliseconds(1500)) << "rank " << r << ": " << errors[r];
+    // Slack for a loaded machine; unloaded it is ~20 ms.
+    EXPECT_LE(elapsed[r], timeout + milliseconds(3000)) << "rank " << r << ": " << errors[r];
     timed_out += timeouts[r] ? 1 : 0;
     std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(elapsed[r].count()),
                 errors[r].c_str());
@@ -250,19 +252,71 @@ TEST(Failure, RankThatThrowsReleasesItsPeersPromptly) {
 TEST(Failure, DefaultTimeoutComesFromTheOptions) {
   constexpr int n = 2;
   std::vector<milliseconds> elapsed(n, milliseconds(0));
-  run_local(n, quick(milliseconds(800)), [&](Communicator& comm) {
-    EXPECT_EQ(comm.default_timeout(), milliseconds(800));
+  run_local(n, quick(milliseconds(1500)), [&](Communicator& comm) {
+    EXPECT_EQ(comm.default_timeout(), milliseconds(1500));
     if (comm.rank() == 1) {
-      std::this_thread::sleep_for(milliseconds(2500));
+      std::this_thread::sleep_for(milliseconds(3000));
       return;
     }
     const auto start = Clock::now();
     std::vector<uint8_t> message(10);
-    EXPECT_THROW(comm.allgatherv(message), CommError);  // kDefaultTimeout -> 800 ms
+    EXPECT_THROW(comm.allgatherv(message), TimeoutError);  // kDefaultTimeout -> 1500 ms
     elapsed[0] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
   });
-  EXPECT_GE(elapsed[0], milliseconds(700));
-  EXPECT_LE(elapsed[0], milliseconds(2300));
+  EXPECT_GE(elapsed[0], milliseconds(1400));
+  EXPECT_LE(elapsed[0], milliseconds(1500 + 3000));
+}
+
+// ---- rendezvous errors ----
+
+TEST(Rendezvous, SharedDirectoryWorksOnceAndRefusesAStaleDirectory) {
+  test::TempDir dir("dgc-comm-dir-");
+  auto run = [&](std::vector<std::string>& errors) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          auto comm = connect_gloo_file(dir.path() + "/run", r, 2, quick(milliseconds(3000)));
+          std::vector<float> values(3, 1.0f);
+          comm->allreduce_sum(values);
+          EXPECT_EQ(values[0], 2.0f);
+        } catch (const CommError& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  };
+  std::vector<std::string> first(2), second(2);
+  run(first);
+  EXPECT_EQ(first, (std::vector<std::string>{"", ""}));
+  run(second);  // same directory again: the keys of the first run are still there
+  for (const auto& e : second) {
+    EXPECT_NE(e.find("give every run a fresh, empty rendezvous directory"), std::string::npos) << e;
+  }
+}
+
+TEST(Rendezvous, MissingRanksAreNamedAtTheTimeout) {
+  test::TempDir dir("dgc-comm-dir-");
+  const auto start = Clock::now();
+  try {
+    connect_gloo_file(dir.path(), 0, 3, quick(milliseconds(600)));
+    FAIL() << "ranks 1 and 2 never come";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1, 2 of 3 did not join within 600 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, milliseconds(2000));
+
+  const int port = test::free_port();
+  try {
+    connect_gloo_tcp("127.0.0.1", port, 0, 2, quick(milliseconds(600)));
+    FAIL() << "rank 1 never comes";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1 of 2 did not join"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(RunLocal, RejectsABadWorldSize) {
