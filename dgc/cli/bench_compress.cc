@@ -38,6 +38,7 @@ struct BenchCompressOptions {
   double density = 0.001;             // d
   int threads = 1;                    // CompressionOptions::threads (and the bound's threads)
   int repeat = 10;                    // timed steps (exact top-k: at most 3)
+  int warmup = 5;                     // untimed steps first (the threshold prediction settles)
   std::string value_type = "fp32";    // fp32 | fp16 | bf16
   std::string selection = "sampled";  // sampled | exact
   int gradients = 3;                  // pre-generated gradient buffers, cycled
@@ -99,6 +100,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "density must be in (0, 1], got ", o.density);
   DGC_CHECK_GE(o.threads, 1, "threads must be at least 1");
   DGC_CHECK_GE(o.repeat, 1, "repeat must be at least 1");
+  DGC_CHECK_GE(o.warmup, 0, "warmup must not be negative");
   DGC_CHECK_GE(o.gradients, 1, "gradients must be at least 1");
   const size_t n = static_cast<size_t>(o.numel);
 
@@ -135,8 +137,8 @@ void run_bench_compress(const BenchCompressOptions& o) {
     writer.finish(message);
   };
 
-  constexpr int kWarmup = 2;
-  for (int i = 0; i < kWarmup; ++i) {
+  const int warmup = o.warmup;
+  for (int i = 0; i < warmup; ++i) {
     dgc_step(i);
     bound_pass(grads[static_cast<size_t>(i) % grads.size()]);
   }
@@ -144,7 +146,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   size_t selected_total = 0, bytes_total = 0;
   int rounds_total = 0, hierarchical_steps = 0;
   for (int r = 0; r < o.repeat; ++r) {
-    const int iteration = kWarmup + r;
+    const int iteration = warmup + r;
     auto start = Clock::now();
     dgc_step(iteration);
     step_times.push_back(seconds_since(start));
@@ -184,7 +186,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   const double bound = median(bound_times);
   const double selected = static_cast<double>(selected_total) / o.repeat;
   const double encoded = static_cast<double>(bytes_total) / o.repeat;
-  nlohmann::json result = {
+  nlohmann::ordered_json result = {
       {"benchmark", "compress"},
       {"numel", o.numel},
       {"density", o.density},
@@ -192,6 +194,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
       {"value_type", o.value_type},
       {"selection", o.selection},
       {"repeat", o.repeat},
+      {"warmup", o.warmup},
       {"seconds", seconds},
       {"bandwidth_bound_seconds", bound},
       {"exact_topk_seconds", median(exact_times)},
@@ -239,6 +242,8 @@ void add_bench_compress(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--selection", options->selection, "Threshold selection method")
       ->check(CLI::IsMember({"sampled", "exact"}))
+      ->capture_default_str();
+  cmd->add_option("--warmup", options->warmup, "Untimed steps before the timed ones")
       ->capture_default_str();
   cmd->add_option("--gradients", options->gradients, "Pre-generated gradient buffers, cycled")
       ->capture_default_str();

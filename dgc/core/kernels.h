@@ -30,7 +30,7 @@ inline constexpr size_t kBlock = 64;
 // least the prediction, the candidates are a superset of the selection and no second pass runs;
 // otherwise (or if more than candidate_cap(k) candidates turned up) one read-only pass counts at
 // the sampled threshold. Either way the selection is the same: the prediction only saves a pass.
-inline size_t candidate_cap(size_t k) { return 2 * k + 4096; }
+inline size_t candidate_cap(size_t k) { return 4 * k + 4096; }
 
 // Per tensor: recent sampled thresholds and how far below the extrapolated one to gather.
 // The gap adapts: halved after too many candidates, doubled after a miss.

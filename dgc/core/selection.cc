@@ -258,8 +258,9 @@ void fused_pass(const PassTarget& target, float threshold, size_t parts, ThreadP
 
 float ThresholdHistory::predict() const {
   if (!(last > 0.0f)) return std::numeric_limits<float>::infinity();
-  const float growth = previous > 0.0f ? std::clamp(last / previous, 0.5f, 2.0f) : 1.0f;
-  return last * growth * (1.0f - gap);
+  // Linear extrapolation (residuals that have not been sent grow steadily), bounded.
+  const float trend = previous > 0.0f ? last - previous : 0.0f;
+  return std::clamp(last + trend, 0.5f * last, 2.0f * last) * (1.0f - gap);
 }
 
 void ThresholdHistory::record(float sampled, float predicted, size_t gathered, size_t selected) {

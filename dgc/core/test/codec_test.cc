@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -15,6 +16,12 @@
 #include "dgc/core/test/reference.h"
 
 namespace dgc {
+
+// Readable parameter names in test listings.
+void PrintTo(ValueType type, std::ostream* os) {
+  *os << (type == ValueType::kFloat32 ? "fp32" : type == ValueType::kFloat16 ? "fp16" : "bf16");
+}
+
 namespace {
 
 using Reason = DecodeError::Reason;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -16,6 +17,15 @@
 #include "dgc/core/test/reference.h"
 
 namespace dgc {
+
+// Readable parameter names in test listings.
+void PrintTo(SelectionMethod method, std::ostream* os) {
+  *os << (method == SelectionMethod::kExact ? "exact" : "sampled");
+}
+void PrintTo(ValueType type, std::ostream* os) {
+  *os << (type == ValueType::kFloat32 ? "fp32" : type == ValueType::kFloat16 ? "fp16" : "bf16");
+}
+
 namespace {
 
 struct StepCase {
