@@ -80,10 +80,10 @@ class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(Timeout default_timeout) {
     default_timeout_ = default_timeout;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    // A private communicator, so that dgc's collectives never match anyone else's.
+    // A private communicator, so that dgc's collectives never match anyone else's; errors on it
+    // return codes (turned into CommError) instead of aborting.
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
     wait(request, "communicator set-up", default_timeout_, Clock::now(), nullptr);
