@@ -315,6 +315,23 @@ class GlooCommunicator final : public Communicator {
     return {};
   }
 
+  // Gloo's timeout message says "recv" or "send" but not with whom. In the ring algorithms
+  // that is a fixed neighbour (which may itself be waiting on its own neighbour).
+  std::string ring_neighbour(const std::string& op, const std::string& gloo_message) const {
+    const bool recv = gloo_message.find("recv operation") != std::string::npos;
+    const bool send = gloo_message.find("send operation") != std::string::npos;
+    if (!recv && !send) return {};
+    const int next = (rank() + 1) % size();
+    const int prev = (rank() + size() - 1) % size();
+    int peer = -1;
+    if (op.rfind("allgatherv", 0) == 0) peer = recv ? prev : next;  // receives from r-1
+    if (op == "allreduce") peer = recv ? next : prev;               // receives from r+1
+    if (peer < 0) return {};
+    return detail::concat("; this rank was waiting to ", recv ? "receive from" : "send to",
+                          " rank ", peer, " (", hosts_[peer],
+                          "), which may itself be waiting on another rank");
+  }
+
   [[noreturn]] void translate(const char* op, Timeout timeout, Clock::time_point start,
                               const std::string& gloo_message) {
     const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
@@ -326,7 +343,7 @@ class GlooCommunicator final : public Communicator {
       what =
           detail::concat("gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ",
                          elapsed, " ms (timeout ", timeout.count(), " ms): a peer stalled or died",
-                         peer.empty() ? "" : "; waiting for " + peer);
+                         peer.empty() ? ring_neighbour(op, gloo_message) : "; waiting for " + peer);
     } else {
       const bool closed = gloo_message.find("closed") != std::string::npos ||
                           gloo_message.find("reset") != std::string::npos ||

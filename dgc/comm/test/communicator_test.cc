@@ -219,6 +219,13 @@ TEST(Failure, StalledRankMakesEveryOtherRankFailWithinTheTimeout) {
                 errors[r].c_str());
   }
   EXPECT_GE(timed_out, 1) << "the ranks waiting on the stalled one report a TimeoutError";
+  // Its ring neighbours say they were waiting on it.
+  int named = 0;
+  for (const auto& e : errors) {
+    named += e.find("receive from rank 2 (") != std::string::npos ||
+             e.find("send to rank 2 (") != std::string::npos;
+  }
+  EXPECT_GE(named, 1);
 }
 
 TEST(Failure, RankThatThrowsReleasesItsPeersPromptly) {
