@@ -32,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -53,6 +54,20 @@ milliseconds remaining(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
   // Gloo reads a zero timeout as "no timeout": never pass it.
   return std::max(left, milliseconds(1));
+}
+
+// Gloo throws three unrelated types; turn any of them into a CommError with context.
+template <typename F>
+auto with_gloo_errors(const std::string& what, F&& body) {
+  try {
+    return body();
+  } catch (const gloo::IoException& e) {
+    throw CommError(what + ": " + e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw CommError(what + ": " + e.what());
+  } catch (const gloo::Exception& e) {
+    throw CommError(what + ": " + e.what());
+  }
 }
 
 std::string key(const char* what, int rank) { return detail::concat("dgc.", what, ".", rank); }
@@ -131,8 +146,15 @@ void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeou
   auto pause = milliseconds(1);
   for (;;) {
     for (int r = 0; r < world_size; ++r) {
-      if (seen[r] || !rv.has(key(what, r))) continue;
-      on_value(r, from_chars(rv.store.get(key(what, r))));
+      if (seen[r]) continue;
+      std::optional<std::string> value;
+      with_gloo_errors(
+          detail::concat("rendezvous through ", rv.description, ": reading rank ", r, "'s key"),
+          [&] {
+            if (rv.has(key(what, r))) value = from_chars(rv.store.get(key(what, r)));
+          });
+      if (!value) continue;
+      on_value(r, *value);
       seen[r] = true;
       --missing;
     }
@@ -380,20 +402,6 @@ class GlooCommunicator final : public Communicator {
   std::string failure_;
 };
 
-// Gloo throws three unrelated types; turn any of them into a CommError with context.
-template <typename F>
-auto with_gloo_errors(const std::string& what, F&& body) {
-  try {
-    return body();
-  } catch (const gloo::IoException& e) {
-    throw CommError(what + ": " + e.what());
-  } catch (const gloo::EnforceNotMet& e) {
-    throw CommError(what + ": " + e.what());
-  } catch (const gloo::Exception& e) {
-    throw CommError(what + ": " + e.what());
-  }
-}
-
 // Gloo writes with writev(), which raises SIGPIPE when the peer has died; at the default
 // disposition that kills the survivor instead of letting it report the error. Ignore SIGPIPE
 // unless the program installed a handler of its own.
@@ -460,6 +468,7 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
   const auto sockets = tcp_sockets();
   std::map<std::string, int> peer_by_address;
   std::ostringstream mine;
+  mine << "rank=" << rank << "\n";  // never empty: Gloo's FileStore refuses empty values
   for (int r = 0; r < world_size; ++r) {
     if (r == rank) continue;
     const std::string self = context->getPair(r)->address().str();

@@ -303,6 +303,22 @@ TEST(Rendezvous, SharedDirectoryWorksOnceAndRefusesAStaleDirectory) {
   }
 }
 
+TEST(Rendezvous, OneRankThroughEveryStore) {
+  test::TempDir dir("dgc-comm-dir-");
+  std::vector<std::unique_ptr<Communicator>> comms;
+  comms.push_back(connect_gloo_file(dir.path(), 0, 1, quick()));
+  comms.push_back(connect_gloo_tcp("127.0.0.1", test::free_port(), 0, 1, quick()));
+  for (auto& comm : comms) {
+    EXPECT_EQ(comm->size(), 1);
+    const std::vector<uint8_t> message = {1, 2, 3};
+    EXPECT_EQ(comm->allgatherv(message), std::vector<std::vector<uint8_t>>{message});
+    std::vector<float> values = {1.5f};
+    comm->allreduce_sum(values);
+    EXPECT_EQ(values[0], 1.5f);
+    comm->barrier();
+  }
+}
+
 TEST(Rendezvous, MissingRanksAreNamedAtTheTimeout) {
   test::TempDir dir("dgc-comm-dir-");
   const auto start = Clock::now();
