@@ -493,7 +493,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
       // Diagnostics only.
     }
   }
-  rv.store.set(key("ready", rank), to_chars(mine.str()));
+  with_gloo_errors(
+      detail::concat("rendezvous through ", rv.description, ": rank ", rank, " cannot register"),
+      [&] { rv.store.set(key("ready", rank), to_chars(mine.str())); });
   wait_for_all(rv, "ready", world_size, timeout, [&](int r, const std::string& value) {
     if (r == rank) return;
     auto fields = parse_fields(value);
