@@ -7,7 +7,9 @@
 //             different world size, is named in the error);
 //   2. connect: gloo::rendezvous::Context::connectFullMesh over a "gloo" prefix of the store;
 //   3. ready: set "dgc.ready.<rank>" = this rank's local address for each peer connection, wait
-//             for every rank's, and map each peer's address to its rank (so errors name ranks).
+//             for every rank's. Gloo's errors name a peer by the remote address of a socket;
+//             that address is mapped to the rank from the peers' ready keys, this process's own
+//             sockets (/proc/self/fd) and Gloo's published pair addresses, so errors name ranks.
 // After step 3 nobody reads the store again; the TCP store is closed there.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -112,7 +114,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 // Local address -> remote address of every TCP socket of this process, as Gloo prints them.
 // Diagnostics only: a socket that vanishes while we look is skipped.
-std::map<std::string, std::string> tcp_sockets() {
+std::map<std::string, std::string> tcp_sockets() noexcept try {
   std::map<std::string, std::string> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
@@ -134,6 +136,8 @@ std::map<std::string, std::string> tcp_sockets() {
     }
   }
   return out;
+} catch (...) {
+  return {};  // no /proc, or it changed under us: errors then name addresses only
 }
 
 // Waits until every rank's `what` key is present; calls on_value(rank, value) once per rank as
