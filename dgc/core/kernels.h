@@ -22,8 +22,10 @@
 namespace dgc::detail {
 
 // Elements per block of the fused pass: the update and a vectorised count of threshold hits run
-// over a block; only blocks with a hit are scanned again (from L1) to gather indices.
+// over a block; only blocks with a hit are scanned again (from L1), sub-block by sub-block, to
+// gather indices. Part boundaries are multiples of kBlock.
 inline constexpr size_t kBlock = 64;
+inline constexpr size_t kSubBlock = 16;
 
 // The fused pass of a step gathers candidates above a threshold predicted from the sampled
 // thresholds of the previous steps of the same tensor. If the step's own sampled threshold is at

@@ -33,9 +33,45 @@ struct PartOutput {
   size_t cap;
 };
 
+// Updates (if kUpdate) and counts !(|v| < threshold) over `size` elements: NaN counts too.
+// With a compile-time `size` the loop vectorises without a remainder.
+template <detail::Update kUpdate, size_t kSize>
+inline uint32_t update_and_count(float* __restrict u, float* __restrict v,
+                                 const float* __restrict g, float m, float threshold) {
+  uint32_t count = 0;
+  for (size_t i = 0; i < kSize; ++i) {
+    float vi;
+    if constexpr (kUpdate == detail::Update::kNone) {
+      vi = v[i];
+    } else {
+      vi = detail::update_one<kUpdate>(u[i], v[i], g[i], m);
+    }
+    count += !(std::fabs(vi) < threshold);
+  }
+  return count;
+}
+
+// Appends the elements of v[begin, end) with !(|v| < threshold): finite ones as candidates,
+// the others (NaN, infinity) to out.nonfinite.
+inline void gather(const float* v, size_t begin, size_t end, float threshold, PartOutput& out) {
+  for (size_t i = begin; i < end; ++i) {
+    const float vi = v[i];
+    if (!(std::fabs(vi) < threshold)) {
+      if (std::isfinite(vi)) {
+        out.indices.push_back(static_cast<uint32_t>(i));
+        out.values.push_back(vi);
+      } else {
+        out.nonfinite.push_back(static_cast<uint32_t>(i));
+      }
+    }
+  }
+}
+
 template <detail::Update kUpdate>
 void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float threshold,
                 const detail::SampleSpec* sample, PartOutput out) {
+  constexpr size_t kBlock = detail::kBlock;
+  constexpr size_t kSub = detail::kSubBlock;
   float* __restrict v = t.velocity;
   float* __restrict u = t.momentum;
   const float* __restrict g = t.grad;
@@ -49,33 +85,22 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
     last = std::min(last, sample->count);
     position = sample->start + next * sample->stride;
   }
-  for (size_t block = begin; block < end; block += detail::kBlock) {
-    const size_t block_end = std::min(end, block + detail::kBlock);
-    uint32_t count = 0;
-    for (size_t i = block; i < block_end; ++i) {
-      float vi;
-      if constexpr (kUpdate == detail::Update::kNone) {
-        vi = v[i];
-      } else {
-        vi = detail::update_one<kUpdate>(u[i], v[i], g[i], m);
-      }
-      // Counts |v| >= threshold and NaN alike; the gather below tells them apart.
-      count += !(std::fabs(vi) < threshold);
-    }
+  auto take_sample = [&](size_t block_end) {
     for (; next < last && position < block_end; ++next, position += sample->stride) {
       const float magnitude = std::fabs(v[position]);
       sample->out[next] = std::isfinite(magnitude) ? magnitude : 0.0f;
     }
+  };
+  size_t block = begin;
+  for (; block + kBlock <= end; block += kBlock) {
+    const uint32_t count =
+        update_and_count<kUpdate, kBlock>(u + block, v + block, g + block, m, threshold);
+    take_sample(block + kBlock);
     if (count == 0) continue;
-    for (size_t i = block; i < block_end; ++i) {
-      const float vi = v[i];
-      if (!(std::fabs(vi) < threshold)) {
-        if (std::isfinite(vi)) {
-          out.indices.push_back(static_cast<uint32_t>(i));
-          out.values.push_back(vi);
-        } else {
-          out.nonfinite.push_back(static_cast<uint32_t>(i));
-        }
+    // Narrow down to the sub-blocks with a hit (the block is in L1), then gather.
+    for (size_t sub = block; sub < block + kBlock; sub += kSub) {
+      if (update_and_count<detail::Update::kNone, kSub>(nullptr, v + sub, nullptr, m, threshold)) {
+        gather(v, sub, sub + kSub, threshold, out);
       }
     }
     if (out.indices.size() > out.cap) {
@@ -84,6 +109,12 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
       out.overflowed = 1;
     }
   }
+  for (size_t i = block; i < end; ++i) {  // the last partial block
+    if constexpr (kUpdate != detail::Update::kNone)
+      detail::update_one<kUpdate>(u[i], v[i], g[i], m);
+  }
+  take_sample(end);
+  gather(v, block, end, threshold, out);
 }
 
 void pass_part(const detail::PassTarget& t, size_t begin, size_t end, float threshold,
