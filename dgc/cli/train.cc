@@ -163,9 +163,13 @@ void run(const TrainCommand& cmd, bool workers_given) {
             comm.backend().c_str(), static_cast<long long>(options.batch_size),
             static_cast<long long>(info.iterations_per_epoch), options.epochs);
         if (opt.compression == train::Compression::kDgc) {
-          std::printf("  compression dgc: density %g after %g warm-up epoch(s) (%lld iterations)\n",
-                      opt.density.density, opt.density.warmup_epochs,
-                      static_cast<long long>(info.warmup_iterations));
+          const int64_t stage = info.warmup_stage_iterations > 0 ? info.warmup_stage_iterations
+                                                                 : info.iterations_per_epoch;
+          std::printf(
+              "  compression dgc: density %g after a warm-up of %g epoch(s) (%lld iterations, "
+              "stages of %lld iterations at density max(d, 0.25^(stage+1)))\n",
+              opt.density.density, opt.density.warmup_epochs,
+              static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage));
         } else {
           std::printf("  compression none (dense baseline)\n");
         }
@@ -307,18 +311,21 @@ void add_train(CLI::App& app) {
                   "Density warm-up: density max(d, 0.25^(s+1)) in warm-up stage s")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub->add_option("--warmup-stage-iterations", opt.density.iterations_per_stage,
-                  "Length of a warm-up stage in iterations (0: one epoch, the paper's)")
+  sub->add_option("--warmup-stages", o.warmup_stages,
+                  "The density warm-up's stages, spread evenly over --warmup-epochs (0: one stage "
+                  "per epoch)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--momentum", opt.compressor.momentum.momentum, "Momentum m")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  sub->add_flag("--nesterov,!--no-nesterov", opt.compressor.momentum.nesterov, "Nesterov momentum")
-      ->capture_default_str();
+  sub->add_flag("--nesterov,!--no-nesterov", opt.compressor.momentum.nesterov,
+                std::string("Nesterov momentum (default: ") +
+                    (opt.compressor.momentum.nesterov ? "on)" : "off)"));
   sub->add_flag("--masking,!--no-masking", opt.compressor.momentum.masking,
-                "Momentum factor masking (zero the momentum where the velocity was sent)")
-      ->capture_default_str();
+                std::string("Momentum factor masking: zero the momentum where the velocity was "
+                            "sent (default: ") +
+                    (opt.compressor.momentum.masking ? "on)" : "off)"));
   sub->add_option("--selection", cmd->selection,
                   "Threshold selection: sampled (the paper's) or exact (top-k)")
       ->check(CLI::IsMember({"sampled", "exact"}))
@@ -335,8 +342,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_flag("--compress-1d", opt.policy.compress_1d,
-                "Compress 1-D tensors (biases) too; by default they go dense")
-      ->capture_default_str();
+                "Compress 1-D tensors (biases) too; by default they go dense");
   sub->add_option("--weight-decay", opt.weight_decay,
                   "L2 weight decay, applied locally after the exchange")
       ->check(CLI::NonNegativeNumber)

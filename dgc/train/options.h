@@ -33,8 +33,9 @@ struct OptimizerOptions {
   // Density d after warm-up and the exponential warm-up (density_at). Paper: d = 0.001.
   DensitySchedule density{.density = 0.001, .warmup_epochs = 1.0, .iterations_per_stage = 0};
 
-  // Base learning rate, linear warm-up and decay (lr_at). total_epochs is set by the trainer.
-  LearningRateSchedule lr{.lr = 0.1, .warmup_epochs = 0.0};
+  // Base learning rate, linear warm-up alongside the density warm-up, cosine decay to 0 at
+  // total_epochs (lr_at). total_epochs is set by the trainer.
+  LearningRateSchedule lr{.lr = 0.1, .warmup_epochs = 1.0};
 
   // L2 weight decay wd. Applied locally after the exchange (it need not travel): for compressed
   // tensors through its own momentum buffer, for dense tensors added to the averaged gradient

@@ -78,6 +78,14 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Im
   }
   DGC_CHECK_GE(test_count, 1, "test examples");
   options_.optimizer.iterations_per_epoch = plan.iterations();
+  DGC_CHECK_GE(options_.warmup_stages, 0, "warm-up stages");
+  auto& density = options_.optimizer.density;
+  if (options_.warmup_stages > 0 && density.iterations_per_stage == 0 &&
+      density.warmup_epochs > 0) {
+    const double warmup_iterations = density.warmup_epochs * static_cast<double>(plan.iterations());
+    density.iterations_per_stage = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(warmup_iterations / options_.warmup_stages)));
+  }
   options_.optimizer.lr.total_epochs = options_.epochs;
 
   model_ = make_model(options_.model, options_.seed);
@@ -170,6 +178,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     }
     info.iterations_per_epoch = iterations;
     info.warmup_iterations = optimizer.warmup_iterations();
+    info.warmup_stage_iterations = optimizer.options().density.iterations_per_stage;
     info.start_epoch = start_epoch_;
     callbacks.on_start(info);
   }

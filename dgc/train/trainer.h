@@ -35,6 +35,12 @@ struct TrainOptions {
   uint64_t seed = 1;        // model initialisation, data order, compressor sampling
   // The optimizer; iterations_per_epoch and lr.total_epochs are filled in by the trainer.
   OptimizerOptions optimizer;
+  // The density warm-up in `warmup_stages` equal stages over optimizer.density.warmup_epochs:
+  // sets density.iterations_per_stage = ceil(warmup_epochs * iterations_per_epoch / stages), so
+  // the paper's 4 exponential stages (0.25, 0.0625, 0.015625, 0.0039, then d) fit a warm-up of
+  // any length (the paper: 4 stages in 4 epochs). 0, or iterations_per_stage already > 0: keep
+  // density.iterations_per_stage as it is (0 = one stage per epoch).
+  int warmup_stages = 4;
   // Intra-op threads of libtorch for this worker (at::set_num_threads). 0: leave as is.
   int threads = 0;
   // Per-rank checkpoint path prefix ("" = none) and whether to resume from it.
@@ -55,7 +61,8 @@ struct RunInfo {
   int64_t dense_tensors = 0;
   int64_t iterations_per_epoch = 0;
   int64_t warmup_iterations = 0;
-  int start_epoch = 0;  // > 0 when resumed
+  int64_t warmup_stage_iterations = 0;  // 0: one stage per epoch
+  int start_epoch = 0;                  // > 0 when resumed
 };
 
 // Reported on rank 0 after every step.

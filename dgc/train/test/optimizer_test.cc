@@ -86,6 +86,7 @@ TEST_P(DenseOptimizer, EqualsSingleWorkerSgdOnTheConcatenatedBatch) {
   options.compressor.momentum.nesterov = nesterov;
   options.weight_decay = weight_decay;
   options.lr.lr = kLr;
+  options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   std::vector<std::vector<torch::Tensor>> results(static_cast<size_t>(world));
   comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
@@ -117,7 +118,11 @@ TEST_P(DenseOptimizer, EqualsSingleWorkerSgdOnTheConcatenatedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, DenseOptimizer,
                          ::testing::Values(DenseCase{1, false, 0.0}, DenseCase{2, true, 1e-3},
-                                           DenseCase{4, false, 1e-2}));
+                                           DenseCase{4, false, 1e-2}),
+                         [](const auto& p) {
+                           return "World" + std::to_string(p.param.world) +
+                                  (p.param.nesterov ? "Nesterov" : "Plain");
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // Compression dgc == momentum correction, exact top-k, masking and averaging written by hand.
@@ -168,6 +173,7 @@ OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
   options.density.warmup_epochs = 1;  // first epoch (2 iterations): density 0.25, k = 20
   options.iterations_per_epoch = 2;
   options.lr.lr = 0.1;
+  options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.weight_decay = 0.01;
   return options;
@@ -269,7 +275,7 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Momentum, DgcOptimizer, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Nesterov" : "Plain"; });
+                         [](const auto& p) { return p.param ? "Nesterov" : "Plain"; });
 
 TEST(DgcOptimizer, CountsBytesAsThePaperDoes) {
   comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
@@ -367,7 +373,7 @@ TEST_P(NonFiniteGradient, StopsEveryRankAtTheSameStepWithNothingChanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Values, NonFiniteGradient, ::testing::Values(std::nanf(""), INFINITY),
-                         [](const auto& info) { return std::isnan(info.param) ? "NaN" : "Inf"; });
+                         [](const auto& p) { return std::isnan(p.param) ? "NaN" : "Inf"; });
 
 TEST(DistributedOptimizer, StartsEveryRankFromRankZerosWeights) {
   std::vector<std::vector<float>> weights(3);

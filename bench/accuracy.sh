@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Accuracy with and without DGC: trains the default CNN on Fashion-MNIST twice with the same seed,
+# data order and settings -- dense (--compression none) and DGC (d = 0.001 after a density
+# warm-up) -- with 4 local workers, a linear learning-rate warm-up and cosine decay. Writes both
+# curves (JSON lines, one object per epoch), both logs and a markdown table:
+#
+#   OUT/dense.jsonl OUT/dgc.jsonl OUT/dense.log OUT/dgc.log OUT/accuracy.md
+#
+# Usage: bench/accuracy.sh [--out DIR] [--epochs N] [--dgc BINARY] [-- extra `dgc train` flags]
+# Defaults: --out runs/accuracy, --epochs 10, --dgc build/bin/dgc. Takes about 10 minutes on a
+# 2-core machine. Targets: DGC's final test accuracy within 0.5 points of dense (or above), and a
+# compression ratio of at least 270x after warm-up, counting every byte of every message.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=runs/accuracy
+epochs=10
+warmup=1
+dgc=build/bin/dgc
+extra=()
+while (($#)); do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --dgc) dgc=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "accuracy.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ ! -x "$dgc" ]; then
+  echo "accuracy.sh: $dgc not found; build first (scripts/setup.sh)" >&2
+  exit 1
+fi
+mkdir -p "$out"
+
+# Everything but the compression is shared by both runs.
+common=(--model cnn --workers 4 --epochs "$epochs" --seed 1 --batch-size 32
+        --lr 0.1 --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9 --weight-decay 1e-4)
+run() {
+  local name=$1
+  shift
+  echo "== $name: $dgc train ${common[*]} $* ${extra[*]}"
+  "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" | tee "$out/$name.log"
+}
+run dense --compression none
+run dgc --compression dgc --density 0.001 --warmup-epochs "$warmup"
+
+# The table, from the JSON lines (flat objects; no jq needed).
+field() {  # field NAME < jsonl: one value per line
+  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
+}
+paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_accuracy <"$out/dense.jsonl") \
+  <(field test_accuracy <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
+  <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \
+  <(field train_loss <"$out/dense.jsonl") <(field train_loss <"$out/dgc.jsonl") |
+  awk -v warmup="$warmup" '
+    BEGIN {
+      print "| epoch | dense train loss | DGC train loss | dense test acc. | DGC test acc. | DGC density | DGC ratio |"
+      print "|---:|---:|---:|---:|---:|---:|---:|"
+    }
+    {
+      printf "| %d | %.4f | %.4f | %.2f%% | %.2f%% | %g | %.1fx |\n", $1, $7, $8, 100*$2, 100*$3, $4, $6/$5
+      sent += $5; dense += $6
+      if ($1 > warmup) { sent_post += $5; dense_post += $6 }
+      last_dense = $2; last_dgc = $3
+    }
+    END {
+      print ""
+      printf "Final test accuracy: dense %.2f%%, DGC %.2f%% (DGC - dense = %+.2f points).\n", 100*last_dense, 100*last_dgc, 100*(last_dgc-last_dense)
+      printf "DGC compression ratio (dense gradient bytes / bytes sent per worker, headers and dense-path tensors included): %.1fx over the whole run, %.1fx after warm-up.\n", dense/sent, (sent_post > 0 ? dense_post/sent_post : 0)
+    }' | tee "$out/accuracy.md"
