@@ -37,7 +37,7 @@ struct BenchCompressOptions {
   int64_t numel = 25'557'032;         // elements of the tensor (ResNet-50's parameter count)
   double density = 0.001;             // d
   int threads = 1;                    // CompressionOptions::threads (and the bound's threads)
-  int repeat = 10;                    // timed steps (exact top-k: at most 3)
+  int repeat = 20;                    // timed steps (exact top-k: at most 3)
   int warmup = 5;                     // untimed steps first (the threshold prediction settles)
   std::string value_type = "fp32";    // fp32 | fp16 | bf16
   std::string selection = "sampled";  // sampled | exact
