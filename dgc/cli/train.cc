@@ -39,6 +39,7 @@ struct TrainCommand {
   std::string value_type = "fp32";
   std::string lr_decay = "cosine";
   std::string metrics;
+  std::string progress = "auto";
   double timeout_seconds = 60.0;
 };
 
@@ -138,7 +139,10 @@ void run(const TrainCommand& cmd, bool workers_given) {
   const auto train_set = train::load_fashion_mnist(cmd.data, train::Split::kTrain);
   const auto test_set = train::load_fashion_mnist(cmd.data, train::Split::kTest);
 
-  const bool terminal = isatty(fileno(stdout)) != 0;
+  // Under a launcher stdout is often a pseudo-terminal that ends up in a log: lines there.
+  const bool terminal = cmd.progress == "bar" ||
+                        (cmd.progress == "auto" && env.kind == comm::LaunchEnv::Kind::kLocal &&
+                         isatty(fileno(stdout)) != 0);
   std::mutex print_mutex;  // rank 0 prints; errors may come from any thread
   train::ProgressPrinter printer(stdout, terminal);
   std::unique_ptr<std::ofstream> metrics_file;
@@ -385,6 +389,11 @@ void add_train(CLI::App& app) {
   sub->add_option("--test-examples", o.test_examples,
                   "Use only the first N test examples (0 = all 10000)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--progress", cmd->progress,
+                  "Progress display: bar (redrawn in place), lines (one every 10 s), or auto (bar "
+                  "on a terminal with local workers, lines otherwise)")
+      ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
   sub->add_option("--threads", o.threads,
                   "libtorch threads per worker (0: cores / workers on this host)")
