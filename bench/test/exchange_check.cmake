@@ -1,11 +1,11 @@
 # Runs `dgc bench exchange` on a small gradient and checks its JSON line:
-#   cmake -DDGC=path/to/dgc -DMODE=local|torchrun -P exchange_check.cmake
+#   cmake -DDGC=path/to/dgc -DMODE=local|torchrun [-DEXTRA="opt;..."] -P exchange_check.cmake
 # local: 2 worker threads in one process; torchrun: 2 processes over 127.0.0.1 (one pipeline, so
 # both run at once; rank 0 is last so its output is the one captured).
 cmake_minimum_required(VERSION 3.22)
 
 set(numel 100000)
-set(args bench exchange --numel ${numel} --json --repeats 3 --timeout 60)
+set(args bench exchange --numel ${numel} --json --repeats 3 --timeout 60 ${EXTRA})
 if(MODE STREQUAL "local")
   execute_process(COMMAND ${DGC} ${args} --workers 2
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE status TIMEOUT 150)

@@ -3,9 +3,11 @@
 // What is measured, per rank:
 //   - a gradient of `numel` floats for one compressed tensor (shape {numel}, compressed path; the
 //     default 25,557,032 is ResNet-50's parameter count) plus an optional dense-path part of
-//     `dense_numel` floats; values are uniform in [-1, 1), a pure function of (seed, rank, index);
-//   - the selection: dgc::select_sampled at the density (the paper's sampled threshold), timed
-//     once and reported as select_seconds, outside the exchange time;
+//     `dense_numel` floats; values are uniform in [-1, 1), a pure function of (seed, rank,
+//     variant, index). `gradients` variants per rank are used in turn by the iterations, so
+//     consecutive iterations send different positions, as in training;
+//   - the selection: dgc::select_sampled at the density (the paper's sampled threshold), made
+//     before timing; one is timed and reported as select_seconds, outside the exchange time;
 //   - dgc_seconds: Exchange::run (encode, allgatherv, decode-add, the dense allreduce with the
 //     bad-gradient flag), `repeats` timed iterations after `warmup` untimed ones, a barrier before
 //     each; per iteration the slowest rank's time, then the median over iterations;
@@ -64,12 +66,16 @@ struct BenchExchangeOptions {
   int repeats = 20;                 // timed DGC exchange iterations
   int warmup = 2;                   // untimed DGC exchange iterations before them
   int dense_repeats = 3;            // timed dense allreduces (after one untimed)
-  uint64_t seed = 1;                // seeds the gradients and the sampling
-  double bandwidth_gbit = 0.0;      // > 0: report wire-time bounds at this link rate
-  std::string hostname;             // Gloo: address to bind (empty: from the rendezvous)
-  double timeout_seconds = 120.0;   // per collective and for rendezvous
-  bool json = false;                // one JSON object per line instead of a table
-  bool breakdown = false;           // also time the parts of an exchange iteration separately
+  // Distinct gradients per rank, used in turn by the iterations, so that consecutive iterations
+  // select different positions as in training (a repeated selection would find the positions it
+  // writes in cache). Gradient 0 also feeds the dense baseline and the dense-path part.
+  int gradients = 4;
+  uint64_t seed = 1;               // seeds the gradients and the sampling
+  double bandwidth_gbit = 0.0;     // > 0: report wire-time bounds at this link rate
+  std::string hostname;            // Gloo: address to bind (empty: from the rendezvous)
+  double timeout_seconds = 120.0;  // per collective and for rendezvous
+  bool json = false;               // one JSON object per line instead of a table
+  bool breakdown = false;          // also time the parts of an exchange iteration separately
 };
 
 constexpr int kDefaultLocalWorkers = 4;
@@ -82,8 +88,10 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t gradient_stream(uint64_t seed, int rank) {
-  return mix64(mix64(seed) ^ (0x632be59bd9b4e019ULL * (static_cast<uint64_t>(rank) + 1)));
+// Rank `rank`'s gradient number `variant` (see BenchExchangeOptions::gradients).
+uint64_t gradient_stream(uint64_t seed, int rank, int variant) {
+  return mix64(mix64(seed + static_cast<uint64_t>(variant)) ^
+               (0x632be59bd9b4e019ULL * (static_cast<uint64_t>(rank) + 1)));
 }
 
 // Gradient element `index` of rank `stream`: uniform in [-1, 1) on a 2^-23 grid.
@@ -92,13 +100,13 @@ float gradient_value(uint64_t stream, uint64_t index) {
   return static_cast<float>(static_cast<int32_t>(h >> 40) - (1 << 23)) * 0x1p-23f;
 }
 
-void fill_gradient(uint64_t seed, int rank, std::span<float> out) {
-  const uint64_t stream = gradient_stream(seed, rank);
+void fill_gradient(uint64_t seed, int rank, int variant, std::span<float> out) {
+  const uint64_t stream = gradient_stream(seed, rank, variant);
   for (size_t i = 0; i < out.size(); ++i) out[i] = gradient_value(stream, i);
 }
 
-std::mt19937_64 selection_rng(uint64_t seed, int rank) {
-  return std::mt19937_64(mix64(gradient_stream(seed, rank) ^ 0x5e1ec7ULL));
+std::mt19937_64 selection_rng(uint64_t seed, int rank, int variant) {
+  return std::mt19937_64(mix64(gradient_stream(seed, rank, variant) ^ 0x5e1ec7ULL));
 }
 
 ValueType parse_value_type(const std::string& name) {
@@ -108,10 +116,11 @@ ValueType parse_value_type(const std::string& name) {
   throw InvalidArgument("--value-type must be fp32, fp16 or bf16, got '" + name + "'");
 }
 
-// The selection rank `rank` makes on its gradient (a pure function of seed and rank).
-void select_for_rank(const BenchExchangeOptions& o, int rank, std::span<const float> gradient,
-                     Selection& out) {
-  std::mt19937_64 rng = selection_rng(o.seed, rank);
+// The selection rank `rank` makes on its gradient `variant` (a pure function of seed, rank and
+// variant).
+void select_for_rank(const BenchExchangeOptions& o, int rank, int variant,
+                     std::span<const float> gradient, Selection& out) {
+  std::mt19937_64 rng = selection_rng(o.seed, rank, variant);
   select_sampled(gradient, target_count(gradient.size(), o.density), o.density, SelectionOptions{},
                  rng, out);
 }
@@ -183,6 +192,7 @@ struct Result {
   uint64_t selected_per_rank = 0;  // max over ranks
   int repeats = 0;
   int dense_repeats = 0;
+  int gradients = 0;
   double select_seconds = 0.0;  // slowest rank's selection time
   double dgc_seconds = 0.0;
   double dgc_seconds_min = 0.0;
@@ -203,7 +213,7 @@ struct Result {
 
 // Checks this rank's exchange outputs against the directly computed sum over all ranks' selections
 // / N, and that every position nobody selected is zero. Returns the number of mismatches.
-int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_rank,
+int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_rank, int variant,
                         const Selection& my_selection, std::span<const float> update,
                         std::span<const float> dense_part, std::span<float> scratch) {
   const ValueType type = parse_value_type(o.value_type);
@@ -216,8 +226,9 @@ int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_ra
   for (int r = 0; r < world_size; ++r) {
     const Selection* sel = &my_selection;
     if (r != my_rank) {
-      fill_gradient(o.seed, r, scratch);
-      select_for_rank(o, r, scratch, peer);
+      const std::span<float> peer_gradient = scratch.first(static_cast<size_t>(o.numel));
+      fill_gradient(o.seed, r, variant, peer_gradient);
+      select_for_rank(o, r, variant, peer_gradient, peer);
       sel = &peer;
     }
     for (size_t i = 0; i < sel->indices.size(); ++i) {
@@ -252,7 +263,7 @@ int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_ra
     double sum = 0.0;
     double magnitude = 0.0;
     for (int r = 0; r < world_size; ++r) {
-      const float g = gradient_value(gradient_stream(o.seed, r), position);
+      const float g = gradient_value(gradient_stream(o.seed, r, 0), position);
       sum += g;
       magnitude += std::fabs(g);
     }
@@ -264,7 +275,7 @@ int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_ra
 // Checks the dense allreduce result against the directly computed sum. Returns mismatches.
 int64_t verify_dense(const BenchExchangeOptions& o, int world_size, std::span<const float> summed) {
   std::vector<uint64_t> streams(world_size);
-  for (int r = 0; r < world_size; ++r) streams[r] = gradient_stream(o.seed, r);
+  for (int r = 0; r < world_size; ++r) streams[r] = gradient_stream(o.seed, r, 0);
   int64_t mismatches = 0;
   for (size_t i = 0; i < summed.size(); ++i) {
     double sum = 0.0;
@@ -279,8 +290,10 @@ int64_t verify_dense(const BenchExchangeOptions& o, int world_size, std::span<co
   return mismatches;
 }
 
+// Leaves in `update` the exchange's result for selections[(repeats - 1) % size].
 Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
-                      const Selection& selection, std::span<float> update, comm::Timeout timeout) {
+                      std::span<const Selection> selections, std::span<float> update,
+                      comm::Timeout timeout) {
   const ValueType type = parse_value_type(o.value_type);
   const float scale = 1.0f / static_cast<float>(comm.size());
   const std::vector<uint64_t> numels = {static_cast<uint64_t>(o.numel)};
@@ -298,6 +311,7 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
 
     start = std::chrono::steady_clock::now();
     MessageWriter writer(type, static_cast<uint64_t>(i));
+    const Selection& selection = selections[static_cast<size_t>(i) % selections.size()];
     writer.add(0, numels[0], selection.indices, selection.values);
     writer.finish(message);
     encode.push_back(seconds_since(start));
@@ -361,15 +375,20 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   const auto numel = static_cast<size_t>(o.numel);
   const auto dense_numel = static_cast<size_t>(o.dense_numel);
 
-  // The gradient: compressed tensor first, then the dense-path part, one buffer.
+  // The gradient: compressed tensor first, then the dense-path part, one buffer. Variant 0 last,
+  // so that the buffer holds it afterwards.
   std::vector<float> gradient(numel + dense_numel);
-  fill_gradient(o.seed, rank, gradient);
   const std::span<const float> compressed_grad(gradient.data(), numel);
-
-  Selection selection;
+  std::vector<Selection> variants(static_cast<size_t>(o.gradients));
+  double select_seconds = 0.0;  // gradient 0's selection
   auto start = std::chrono::steady_clock::now();
-  select_for_rank(o, rank, compressed_grad, selection);
-  const double select_seconds = seconds_since(start);
+  for (int k = 1; k <= o.gradients; ++k) {
+    const int v = k % o.gradients;
+    fill_gradient(o.seed, rank, v, gradient);
+    start = std::chrono::steady_clock::now();
+    select_for_rank(o, rank, v, compressed_grad, variants[v]);
+    if (v == 0) select_seconds = seconds_since(start);
+  }
 
   std::vector<TensorSpec> layout;
   layout.push_back({"compressed", {o.numel}, TensorPath::kCompressed});
@@ -380,6 +399,7 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   exchange_options.settings = nlohmann::json({{"density", o.density},
                                               {"value_type", o.value_type},
                                               {"seed", o.seed},
+                                              {"gradients", o.gradients},
                                               {"repeats", o.repeats},
                                               {"warmup", o.warmup}})
                                   .dump();
@@ -389,7 +409,6 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   std::vector<float> dense_flat(dense_numel);
   const std::span<float> update_span(update);
   const std::span<const std::span<float>> updates(&update_span, 1);
-  const std::span<const Selection> selections(&selection, 1);
   const std::span<const float> dense_grad(gradient.data() + numel, dense_numel);
 
   uint64_t iteration = 0;
@@ -399,14 +418,21 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
     std::copy(dense_grad.begin(), dense_grad.end(), dense_flat.begin());
     comm.barrier(timeout);
     start = std::chrono::steady_clock::now();
+    const std::span<const Selection> selections(&variants[static_cast<size_t>(i) % variants.size()],
+                                                1);
     bad_ranks += exchange.run(iteration++, selections, updates, dense_flat);
     const double seconds = seconds_since(start);
     if (i >= o.warmup) dgc_times.push_back(seconds);
   }
   DGC_CHECK_EQ(bad_ranks, 0, "no rank flags its gradient in this benchmark");
   const ExchangeBytes dgc_bytes = exchange.last();
+  // The gradient variant whose exchange result `update` holds.
+  int variant = (o.warmup + o.repeats - 1) % o.gradients;
   std::optional<Breakdown> breakdown;
-  if (o.breakdown) breakdown = time_phases(comm, o, selection, update, timeout);
+  if (o.breakdown) {
+    breakdown = time_phases(comm, o, variants, update, timeout);
+    variant = (o.repeats - 1) % o.gradients;
+  }
 
   // Dense baseline: allreduce of the whole gradient, a fresh copy each time.
   std::vector<float> dense(gradient.size());
@@ -429,12 +455,12 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   dense_sent /= o.dense_repeats;
   dense_received /= o.dense_repeats;
 
-  // Verification, outside timing (the breakdown's decode left the same sum in `update`). `gradient`
-  // is free now: it serves as scratch for peers.
+  // Verification, outside timing. `gradient` is free now: it serves as scratch for peers.
   int64_t dense_mismatches = verify_dense(o, n, dense);
   dense = {};
   int64_t dgc_mismatches =
-      verify_exchange(o, n, rank, selection, update, dense_flat, std::span<float>(gradient));
+      verify_exchange(o, n, rank, variant, variants[static_cast<size_t>(variant)], update,
+                      dense_flat, std::span<float>(gradient));
 
   // Combine over ranks.
   Result res;
@@ -447,12 +473,13 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   res.value_type = o.value_type;
   res.repeats = o.repeats;
   res.dense_repeats = o.dense_repeats;
+  res.gradients = o.gradients;
   std::tie(res.dgc_seconds, res.dgc_seconds_min) = slowest_rank_stats(comm, dgc_times, timeout);
   std::tie(res.dense_seconds, res.dense_seconds_min) =
       slowest_rank_stats(comm, dense_times, timeout);
   res.select_seconds = slowest_rank_stats(comm, {select_seconds}, timeout).first;
 
-  const std::vector<uint64_t> mine = {selection.indices.size(),
+  const std::vector<uint64_t> mine = {variants[0].indices.size(),
                                       dgc_bytes.message,
                                       dgc_bytes.dense_gradient,
                                       dgc_bytes.wire_sent,
@@ -509,6 +536,7 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                                 {"selected_per_rank", r.selected_per_rank},
                                 {"repeats", r.repeats},
                                 {"dense_repeats", r.dense_repeats},
+                                {"gradients", r.gradients},
                                 {"select_seconds", r.select_seconds},
                                 {"dgc_seconds", r.dgc_seconds},
                                 {"dgc_seconds_min", r.dgc_seconds_min},
@@ -592,6 +620,7 @@ void validate(const BenchExchangeOptions& o) {
   DGC_CHECK_GE(o.repeats, 1, "--repeats must be >= 1");
   DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
   DGC_CHECK_GE(o.dense_repeats, 1, "--dense-repeats must be >= 1");
+  DGC_CHECK_GE(o.gradients, 1, "--gradients must be >= 1");
   DGC_CHECK_GE(o.bandwidth_gbit, 0.0, "--bandwidth-gbit must be >= 0");
   DGC_CHECK_GT(o.timeout_seconds, 0.0, "--timeout must be positive");
   DGC_CHECK_GE(o.workers, 0, "--workers must be positive");
@@ -695,6 +724,10 @@ void add_bench_exchange(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--dense-repeats", options->dense_repeats,
                   "Timed dense allreduces (after one untimed)")
+      ->capture_default_str();
+  cmd->add_option("--gradients", options->gradients,
+                  "Distinct gradients per rank, used in turn (consecutive iterations select "
+                  "different positions, as in training)")
       ->capture_default_str();
   cmd->add_option("--seed", options->seed, "Seeds the gradients and the sampling")
       ->capture_default_str();
