@@ -2,6 +2,7 @@
 // the uninterrupted run, and a checkpoint of other settings is rejected.
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -84,6 +85,8 @@ TEST_F(RealData, ShortDgcRunBeatsChanceByFar) {
     ASSERT_EQ(summary.epochs.size(), 4u);
     EXPECT_LT(summary.epochs.back().train_loss, summary.epochs.front().train_loss);
   });
+  std::printf("test accuracy after 256 steps: %.2f%%, compression ratio after warm-up %.1fx\n",
+              100.0 * accuracy[0], ratio[0]);
   for (int r = 0; r < 4; ++r) {
     EXPECT_GT(accuracy[r], 0.65) << "chance is 0.10";
     EXPECT_EQ(accuracy[r], accuracy[0]) << "every rank evaluates the same model";
