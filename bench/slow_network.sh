@@ -10,10 +10,17 @@
 # is removed on exit, also on error or Ctrl-C, and the rank processes are stopped.
 #
 #   bench/slow_network.sh [--ranks 4] [--rates "1gbit 100mbit"] [--numel N] [--out FILE]
-#                         [--dgc PATH] [--burst BYTES] [--repeats N] [--dense-repeats N]
-#                         [--run-timeout S] [-- extra dgc bench exchange options]
+#                         [--dgc PATH] [--burst BYTES] [--leaf QDISC] [--repeats N]
+#                         [--dense-repeats N] [--run-timeout S] [-- extra dgc bench exchange options]
 #
-# Needs root (network namespaces, veth, tc) and iproute2 (`ip`, `tc`).
+#   --dgc PATH     the dgc program (default build/bin/dgc)
+#   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
+#   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
+#   -- ...         options passed to every `dgc bench exchange`, e.g. --breakdown
+#
+# Needs root (network namespaces, veth, tc) and iproute2 (`ip`, `tc`). When the ranks share fewer
+# cores than there are ranks, or other jobs run, their scheduling delays show up in the times;
+# `chrt -f 10 bench/slow_network.sh ...` (real-time priority for the ranks) reduces that.
 # Prints, per rate: both times, the speedup, the wire-time bound (bytes on the busiest link /
 # bandwidth, payload bytes as counted by dgc; TCP/IP/Ethernet headers add about 4-5% on the wire)
 # and dgc/(bound + 5 ms). --out FILE appends rank 0's JSON line per rate, with "rate" added.
@@ -32,6 +39,7 @@ burst=""
 repeats=""
 dense_repeats=""
 run_timeout=""
+leaf=""
 extra=()
 
 while (($#)); do
@@ -45,6 +53,7 @@ while (($#)); do
     --repeats) repeats="$2"; shift 2 ;;
     --dense-repeats) dense_repeats="$2"; shift 2 ;;
     --run-timeout) run_timeout="$2"; shift 2 ;;
+    --leaf) leaf="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "slow_network: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -150,8 +159,13 @@ shape() {
     b=$(awk -v bps="$bps" 'BEGIN { b = bps / 8 * 1e-3; if (b < 6056) b = 6056; printf "%d", b }')
   fi
   for ((i = 0; i < ranks; i++)); do
-    ip netns exec "$(rank_ns "$i")" tc qdisc replace dev eth0 root tbf rate "$rate" burst "$b" latency 100ms
-    ip netns exec "$bridge_ns" tc qdisc replace dev "vr$i" root tbf rate "$rate" burst "$b" latency 100ms
+    for end in "$(rank_ns "$i") eth0" "$bridge_ns vr$i"; do
+      read -r ns dev <<<"$end"
+      ip netns exec "$ns" tc qdisc replace dev "$dev" root handle 1: tbf rate "$rate" burst "$b" latency 100ms
+      if [ -n "$leaf" ]; then
+        ip netns exec "$ns" tc qdisc replace dev "$dev" parent 1:1 "$leaf"
+      fi
+    done
   done
   echo "$b"
 }
@@ -218,7 +232,7 @@ for rate in $rates; do
   line="$(grep -m1 '^{' "$workdir/rank0.out" || true)"
   [ -n "$line" ] || { echo "slow_network: rank 0 printed no JSON at rate $rate" >&2; failed=1; continue; }
   if [ -n "$out" ]; then
-    echo "${line%\}},\"rate\":\"$rate\",\"tbf_burst_bytes\":$b}" >>"$out"
+    echo "${line%\}},\"rate\":\"$rate\",\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
   fi
   dgc_s="$(json_field "$line" dgc_seconds)"
   dense_s="$(json_field "$line" dense_seconds)"
