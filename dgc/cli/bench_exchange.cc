@@ -396,13 +396,11 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   ExchangeOptions exchange_options;
   exchange_options.value_type = parse_value_type(o.value_type);
   exchange_options.timeout = timeout;
-  exchange_options.settings = nlohmann::json({{"density", o.density},
-                                              {"value_type", o.value_type},
-                                              {"seed", o.seed},
-                                              {"gradients", o.gradients},
-                                              {"repeats", o.repeats},
-                                              {"warmup", o.warmup}})
-                                  .dump();
+  // What every rank must agree on, as "key=value" lines (checked by the handshake).
+  exchange_options.settings =
+      detail::concat("bench.density=", o.density, "\nbench.seed=", o.seed,
+                     "\nbench.gradients=", o.gradients, "\nbench.repeats=", o.repeats,
+                     "\nbench.warmup=", o.warmup, "\nbench.breakdown=", o.breakdown, "\n");
   Exchange exchange(comm, layout, exchange_options);
 
   std::vector<float> update(numel);
