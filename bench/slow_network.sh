@@ -30,6 +30,7 @@ usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
 }
 
+original_args=("$@")
 ranks=4
 rates="1gbit 100mbit"
 numel=""
@@ -70,7 +71,7 @@ fi
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
 
 if [ "$(id -u)" -ne 0 ]; then
-  die "needs root to create network namespaces, veth pairs and tc qdiscs; run it as root, e.g. sudo $0 $*"
+  die "needs root to create network namespaces, veth pairs and tc qdiscs; run it as root, e.g. sudo $0 ${original_args[*]}"
 fi
 for tool in ip tc awk sed; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install iproute2 (ip, tc) and awk/sed (Debian: apt-get install iproute2 gawk sed)"
