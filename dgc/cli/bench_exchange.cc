@@ -8,9 +8,10 @@
 //     consecutive iterations send different positions, as in training;
 //   - the selection: dgc::select_sampled at the density (the paper's sampled threshold), made
 //     before timing; one is timed and reported as select_seconds, outside the exchange time;
-//   - dgc_seconds: Exchange::run (encode, allgatherv, decode-add, the dense allreduce with the
-//     bad-gradient flag), `repeats` timed iterations after `warmup` untimed ones, a barrier before
-//     each; per iteration the slowest rank's time, then the median over iterations;
+//   - dgc_seconds: Exchange::run (encode, allgatherv, decode-add, and with dense_numel > 0 the
+//     dense allreduce with the bad-gradient flag; without it the flag is a byte of the message),
+//     `repeats` timed iterations after `warmup` untimed ones, a barrier before each; per
+//     iteration the slowest rank's time, then the median over iterations;
 //   - dense_seconds: allreduce_sum of the whole gradient (numel + dense_numel floats), same
 //     timing rule, `dense_repeats` iterations after one untimed one.
 // Verification (outside timing): every rank regenerates every rank's gradient from the seeds,
@@ -168,15 +169,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 // The parts of one exchange iteration, timed separately with the same sizes and in the same order
 // as Exchange::run does them: slowest rank per repeat, median over repeats (seconds).
 struct Breakdown {
-  double barrier = 0.0;         // a barrier alone: the latency floor of one collective
-  double encode = 0.0;          // MessageWriter: this rank's message
-  double allgatherv = 0.0;      // Communicator::allgatherv of the messages (sizes, then payload)
-  double flag_allreduce = 0.0;  // allreduce of the dense-path part + the bad-gradient flag
-  double decode = 0.0;          // validate every message, zero the update, decode_add every message
+  double barrier = 0.0;     // a barrier alone: the latency floor of one collective
+  double encode = 0.0;      // MessageWriter: this rank's message
+  double allgatherv = 0.0;  // Communicator::allgatherv of the messages (sizes, then payload)
+  // allreduce of the dense-path part + the bad-gradient flag; 0 without dense-path tensors (the
+  // flag is then one byte after the message and the exchange runs no allreduce)
+  double flag_allreduce = 0.0;
+  double decode = 0.0;  // validate every message, reset the update, decode_add every message
   // ... and its parts:
-  double validate = 0.0;  // validate_message on every message
-  double zero = 0.0;      // zeroing the update buffer
-  double add = 0.0;       // decode_add of every message (it validates again, then adds)
+  double validate = 0.0;  // ValidatedMessage::validate of every message
+  double zero = 0.0;      // resetting the positions the previous iteration wrote (all at first)
+  double add = 0.0;       // decode_add of every validated message (no second validation)
   double scatter = 0.0;   // only the additions: the same (index, value) pairs, already decoded
 };
 
@@ -298,6 +301,12 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
   const float scale = 1.0f / static_cast<float>(comm.size());
   const std::vector<uint64_t> numels = {static_cast<uint64_t>(o.numel)};
   const std::span<const std::span<float>> updates(&update, 1);
+  // As in Exchange::run: without dense-path tensors the flag is one byte after the message.
+  const bool flag_in_message = o.dense_numel == 0;
+  auto codec_part = [&](const std::vector<uint8_t>& m) {
+    return std::span<const uint8_t>(m).first(m.size() - (flag_in_message ? 1 : 0));
+  };
+  std::vector<std::vector<uint64_t>> written(1);  // positions the previous repeat wrote
   std::vector<uint8_t> message;
   std::vector<float> flag(static_cast<size_t>(o.dense_numel) + 1, 0.0f);
   std::vector<double> barrier, encode, gather, reduce, decode, validate, zero, add, scatter;
@@ -314,6 +323,7 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
     const Selection& selection = selections[static_cast<size_t>(i) % selections.size()];
     writer.add(0, numels[0], selection.indices, selection.values);
     writer.finish(message);
+    if (flag_in_message) message.push_back(0);
     encode.push_back(seconds_since(start));
 
     comm.barrier(timeout);
@@ -321,18 +331,30 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
     const auto messages = comm.allgatherv(message, timeout);
     gather.push_back(seconds_since(start));
 
-    comm.barrier(timeout);
-    start = std::chrono::steady_clock::now();
-    comm.allreduce_sum(flag, timeout);
-    reduce.push_back(seconds_since(start));
+    if (flag_in_message) {
+      reduce.push_back(0.0);
+    } else {
+      comm.barrier(timeout);
+      start = std::chrono::steady_clock::now();
+      comm.allreduce_sum(flag, timeout);
+      reduce.push_back(seconds_since(start));
+    }
 
     comm.barrier(timeout);
     start = std::chrono::steady_clock::now();
-    for (const auto& m : messages) validate_message(m, numels);
+    std::vector<ValidatedMessage> validated_messages;
+    for (const auto& m : messages) {
+      validated_messages.push_back(ValidatedMessage::validate(codec_part(m), numels));
+    }
     const double validated = seconds_since(start);
-    std::fill(update.begin(), update.end(), 0.0f);
+    if (i == 0) {
+      std::fill(update.begin(), update.end(), 0.0f);
+    } else {
+      for (uint64_t index : written[0]) update[index] = 0.0f;
+    }
+    written[0].clear();
     const double zeroed = seconds_since(start);
-    for (const auto& m : messages) decode_add(m, updates, scale);
+    for (const auto& m : validated_messages) decode_add(m, updates, scale, written);
     const double added = seconds_since(start);
     decode.push_back(added);
     validate.push_back(validated);
@@ -341,7 +363,7 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
 
     pairs.clear();
     for (const auto& m : messages) {
-      decode_message(m, numels, [&](uint32_t, uint64_t index, float value) {
+      decode_message(codec_part(m), numels, [&](uint32_t, uint64_t index, float value) {
         pairs.emplace_back(static_cast<uint32_t>(index), value);
       });
     }
@@ -363,7 +385,7 @@ Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
   b.scatter = slowest_rank_stats(comm, scatter, timeout).first;
   // The scatter pass added everything twice: leave the exchange's sum in `update` again.
   std::fill(update.begin(), update.end(), 0.0f);
-  for (const auto& m : last_messages) decode_add(m, updates, scale);
+  for (const auto& m : last_messages) decode_add(codec_part(m), updates, scale);
   return b;
 }
 

@@ -120,22 +120,19 @@ class Reader {
   const uint8_t* end_;
 };
 
-// Reads the next index of a tensor from an already validated gap sequence.
-inline uint64_t next_index(const uint8_t*& p, uint64_t previous, bool first) {
-  uint64_t gap = 0;
+// Reads a varint of an already validated message (no bounds checks: validation proved it ends
+// inside the payload).
+inline uint64_t validated_varint(const uint8_t*& p) {
+  uint64_t x = 0;
   for (int shift = 0;; shift += 7) {
     const uint8_t byte = *p++;
-    gap |= static_cast<uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) break;
+    x |= static_cast<uint64_t>(byte & 0x7F) << shift;
+    if ((byte & 0x80) == 0) return x;
   }
-  return first ? gap : previous + 1 + gap;
 }
 
-// Validates the whole message; with kApply also calls sink(tensor_id, index, value) for every
-// element. The apply pass must only run on a message a validating pass accepted.
-template <bool kApply, typename Sink>
-MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels,
-                  const Sink& sink) {
+// Validates the whole message and returns its summary; throws dgc::DecodeError.
+MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels) {
   using Reason = DecodeError::Reason;
   const uint8_t* bytes = message.data();
   const size_t size = message.size();
@@ -209,7 +206,6 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
            detail::concat("tensor ", id, ": ", count, " selected elements out of ", numel));
     }
     // Indices: strictly increasing (gaps are >= 0 by construction) and < numel.
-    const uint8_t* gaps = in.position();
     uint64_t index = 0;
     for (uint64_t j = 0; j < count; ++j) {
       const uint64_t gap = in.varint(entry, "index gap");
@@ -228,14 +224,9 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
     }
     const uint8_t* values = in.position();
     in.skip(count * width);
-    const uint8_t* gap_cursor = gaps;
-    index = 0;
     for (uint64_t j = 0; j < count; ++j) {
       const float value = load_value(values + j * width, info.value_type);
-      if constexpr (kApply) {
-        index = next_index(gap_cursor, index, j == 0);
-        sink(static_cast<uint32_t>(id), index, value);
-      } else if (!std::isfinite(value)) {
+      if (!std::isfinite(value)) {
         fail(Reason::kMalformed,
              detail::concat("tensor ", id, ": element ", j, " has value ", value, " (",
                             value_type_name(info.value_type), "); values must be finite"));
@@ -250,9 +241,50 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
   return info;
 }
 
-struct NoSink {
-  void operator()(uint32_t, uint64_t, float) const {}
-};
+// Walks a validated message tensor by tensor: decodes the tensor's indices into `indices` and
+// calls sink(tensor_id, indices, values) with `values` pointing at its count encoded values.
+template <typename TensorSink>
+void walk_validated(const ValidatedMessage& message, std::vector<uint64_t>& indices,
+                    const TensorSink& sink) {
+  const MessageInfo& info = message.info();
+  const size_t width = value_bytes(info.value_type);
+  const uint8_t* p = message.bytes().data() + kHeaderBytes;
+  for (uint32_t entry = 0; entry < info.tensor_count; ++entry) {
+    const uint64_t id = validated_varint(p);
+    validated_varint(p);  // numel: validation matched it to the layout
+    const uint64_t count = validated_varint(p);
+    indices.resize(count);
+    uint64_t index = 0;
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t gap = validated_varint(p);
+      index = j == 0 ? gap : index + 1 + gap;
+      indices[j] = index;
+    }
+    sink(static_cast<uint32_t>(id), std::span<const uint64_t>(indices), p);
+    p += count * width;
+  }
+}
+
+inline void prefetch_for_write(const float* address) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(address, 1);
+#else
+  (void)address;
+#endif
+}
+
+// out[indices[j]] += scale * load(j). The indices are scattered over a large buffer (one cache
+// and TLB miss each), so the target of the addition kPrefetchAhead elements later is requested
+// early.
+template <typename Load>
+void scatter_add(float* out, std::span<const uint64_t> indices, float scale, const Load& load) {
+  constexpr size_t kPrefetchAhead = 16;
+  const size_t count = indices.size();
+  for (size_t j = 0; j < count; ++j) {
+    if (j + kPrefetchAhead < count) prefetch_for_write(out + indices[j + kPrefetchAhead]);
+    out[indices[j]] += scale * load(j);
+  }
+}
 
 }  // namespace
 
@@ -330,28 +362,80 @@ void MessageWriter::finish(std::vector<uint8_t>& out) {
   if (!payload_.empty()) std::memcpy(h + kHeaderBytes, payload_.data(), payload_.size());
 }
 
+ValidatedMessage ValidatedMessage::validate(std::span<const uint8_t> message,
+                                            std::span<const uint64_t> expected_numels) {
+  const MessageInfo info = parse(message, expected_numels);
+  return ValidatedMessage(message, expected_numels, info);
+}
+
 MessageInfo validate_message(std::span<const uint8_t> message,
                              std::span<const uint64_t> expected_numels) {
-  return parse<false>(message, expected_numels, NoSink{});
+  return parse(message, expected_numels);
 }
 
 MessageInfo decode_message(std::span<const uint8_t> message,
                            std::span<const uint64_t> expected_numels, const ElementVisitor& visit) {
-  const MessageInfo info = parse<false>(message, expected_numels, NoSink{});
-  parse<true>(message, expected_numels,
-              [&](uint32_t id, uint64_t index, float value) { visit(id, index, value); });
-  return info;
+  const auto validated = ValidatedMessage::validate(message, expected_numels);
+  const ValueType type = validated.info().value_type;
+  const size_t width = value_bytes(type);
+  std::vector<uint64_t> indices;
+  walk_validated(validated, indices,
+                 [&](uint32_t id, std::span<const uint64_t> tensor_indices, const uint8_t* values) {
+                   for (size_t j = 0; j < tensor_indices.size(); ++j) {
+                     visit(id, tensor_indices[j], load_value(values + j * width, type));
+                   }
+                 });
+  return validated.info();
 }
 
 MessageInfo decode_add(std::span<const uint8_t> message, std::span<const std::span<float>> outputs,
                        float scale) {
   std::vector<uint64_t> numels(outputs.size());
   for (size_t t = 0; t < outputs.size(); ++t) numels[t] = outputs[t].size();
-  const MessageInfo info = parse<false>(message, numels, NoSink{});
-  parse<true>(message, numels, [&](uint32_t id, uint64_t index, float value) {
-    outputs[id][index] += scale * value;
-  });
-  return info;
+  const auto validated = ValidatedMessage::validate(message, numels);
+  decode_add(validated, outputs, scale);
+  return validated.info();
+}
+
+void decode_add(const ValidatedMessage& message, std::span<const std::span<float>> outputs,
+                float scale, std::span<std::vector<uint64_t>> written) {
+  const auto numels = message.expected_numels();
+  DGC_CHECK_EQ(outputs.size(), numels.size(),
+               "one output per tensor of the layout the message was validated against");
+  for (size_t t = 0; t < outputs.size(); ++t) {
+    DGC_CHECK_EQ(uint64_t{outputs[t].size()}, numels[t], "output ", t,
+                 " must have the numel the message was validated against");
+  }
+  DGC_CHECK(written.empty() || written.size() == outputs.size(),
+            "`written` must be empty or hold one vector per output, found ", written.size(),
+            " for ", outputs.size(), " outputs");
+  const ValueType type = message.info().value_type;
+  std::vector<uint64_t> indices;
+  walk_validated(message, indices,
+                 [&](uint32_t id, std::span<const uint64_t> tensor_indices, const uint8_t* values) {
+                   float* out = outputs[id].data();
+                   switch (type) {
+                     case ValueType::kFloat32:
+                       scatter_add(out, tensor_indices, scale, [values](size_t j) {
+                         return std::bit_cast<float>(load_le<uint32_t>(values + 4 * j));
+                       });
+                       break;
+                     case ValueType::kFloat16:
+                       scatter_add(out, tensor_indices, scale, [values](size_t j) {
+                         return fp16_to_float(load_le<uint16_t>(values + 2 * j));
+                       });
+                       break;
+                     case ValueType::kBFloat16:
+                       scatter_add(out, tensor_indices, scale, [values](size_t j) {
+                         return bf16_to_float(load_le<uint16_t>(values + 2 * j));
+                       });
+                       break;
+                   }
+                   if (!written.empty()) {
+                     written[id].insert(written[id].end(), tensor_indices.begin(),
+                                        tensor_indices.end());
+                   }
+                 });
 }
 
 }  // namespace dgc

@@ -53,6 +53,36 @@ struct MessageInfo {
   uint64_t element_count = 0;  // selected elements over all tensors
 };
 
+// A message that validation accepted against a receiver's layout. Only validate() makes one (the
+// constructor is private), so the decode_add overload that takes one can skip the checks (no
+// second checksum, no bounds checks per element) and still never reads unvalidated bytes or
+// writes out of bounds. It refers to the message's bytes without copying them: the bytes must
+// stay alive and unchanged while it is used. Cheap to move; not thread-safe to share while the
+// bytes change.
+class ValidatedMessage {
+ public:
+  // Validates `message` against the receiver's layout: tensor t must have expected_numels[t]
+  // elements. Throws dgc::DecodeError.
+  static ValidatedMessage validate(std::span<const uint8_t> message,
+                                   std::span<const uint64_t> expected_numels);
+
+  const MessageInfo& info() const { return info_; }
+  std::span<const uint8_t> bytes() const { return bytes_; }
+  // The layout it was validated against.
+  std::span<const uint64_t> expected_numels() const { return expected_numels_; }
+
+ private:
+  ValidatedMessage(std::span<const uint8_t> bytes, std::span<const uint64_t> expected_numels,
+                   const MessageInfo& info)
+      : bytes_(bytes),
+        expected_numels_(expected_numels.begin(), expected_numels.end()),
+        info_(info) {}
+
+  std::span<const uint8_t> bytes_;
+  std::vector<uint64_t> expected_numels_;
+  MessageInfo info_;
+};
+
 // Validates `message` against the receiver's layout: tensor t must have expected_numels[t]
 // elements. Throws dgc::DecodeError; returns a summary when valid.
 MessageInfo validate_message(std::span<const uint8_t> message,
@@ -67,5 +97,14 @@ MessageInfo decode_message(std::span<const uint8_t> message,
 // is the expected numel of tensor t. Writes nothing if the message is invalid.
 MessageInfo decode_add(std::span<const uint8_t> message, std::span<const std::span<float>> outputs,
                        float scale);
+
+// outputs[tensor_id][index] += scale * value for every element of an already validated message,
+// without validating it again. outputs[t].size() must equal the numel `message` was validated
+// against for every t (checked before anything is written; a mismatch throws dgc::Error).
+// If `written` is not empty it must have one vector per output; the index of every element is
+// appended to written[tensor_id] in message order (an index selected by several messages
+// appears once per message), so that a caller can later reset exactly these positions.
+void decode_add(const ValidatedMessage& message, std::span<const std::span<float>> outputs,
+                float scale, std::span<std::vector<uint64_t>> written = {});
 
 }  // namespace dgc

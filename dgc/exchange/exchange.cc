@@ -324,12 +324,16 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
     }
   }
   dense_buffer_.resize(dense_numel_ + 1);
+  flag_in_message_ = dense_.empty();
+  written_.resize(compressed_.size());
   // The value type is part of what every rank must agree on.
   std::string settings = options_.settings;
   if (!settings.empty() && settings.back() != '\n') settings += '\n';
   settings += std::string("exchange.value_type=") + value_type_name(options_.value_type) + "\n";
   handshake(comm_, layout_, settings, options_.timeout);
 }
+
+void Exchange::forget_updates() { written_known_ = false; }
 
 int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
                   std::span<const std::span<float>> updates, std::span<float> dense_flat,
@@ -344,20 +348,42 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   const int n = comm_.size();
   const auto before = comm_.bytes();
 
-  // 1. This rank's message: every compressed tensor's selection.
+  // 1. This rank's message: every compressed tensor's selection (and, without dense-path
+  // tensors, the bad-gradient flag as one byte after it).
   MessageWriter writer(options_.value_type, iteration);
   for (size_t i = 0; i < compressed_.size(); ++i) {
     writer.add(static_cast<uint32_t>(i), compressed_numels_[i], selections[i].indices,
                selections[i].values);
   }
   writer.finish(message_);
+  if (flag_in_message_) message_.push_back(local_ok ? 0 : 1);
 
-  // 2. Allgather the messages; 3. allreduce the dense path with the bad-gradient flag.
+  // 2. Allgather the messages; 3. the bad-gradient flag: from the messages, or from the
+  // allreduce of the dense path.
   const auto messages = comm_.allgatherv(message_, options_.timeout);
-  std::copy(dense_flat.begin(), dense_flat.end(), dense_buffer_.begin());
-  dense_buffer_.back() = local_ok ? 0.0f : 1.0f;
-  comm_.allreduce_sum(dense_buffer_, options_.timeout);
-  const int flagged = static_cast<int>(std::lround(dense_buffer_.back()));
+  std::vector<std::span<const uint8_t>> codec_messages(messages.begin(), messages.end());
+  int flagged = 0;
+  if (flag_in_message_) {
+    for (int r = 0; r < n; ++r) {
+      const uint8_t flag = codec_messages[r].empty() ? 0xFF : codec_messages[r].back();
+      if (flag > 1) {
+        throw DecodeError(
+            DecodeError::Reason::kMalformed,
+            detail::concat(
+                "message from rank ", r, " of ", n, " (iteration ", iteration, "): ",
+                codec_messages[r].empty()
+                    ? std::string("empty, no bad-gradient flag")
+                    : detail::concat("bad-gradient flag ", int{flag}, ", expected 0 or 1")));
+      }
+      flagged += flag;
+      codec_messages[r] = codec_messages[r].first(codec_messages[r].size() - 1);
+    }
+  } else {
+    std::copy(dense_flat.begin(), dense_flat.end(), dense_buffer_.begin());
+    dense_buffer_.back() = local_ok ? 0.0f : 1.0f;
+    comm_.allreduce_sum(dense_buffer_, options_.timeout);
+    flagged = static_cast<int>(std::lround(dense_buffer_.back()));
+  }
 
   const auto after = comm_.bytes();
   last_ = ExchangeBytes{};
@@ -370,25 +396,48 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
 
   if (flagged > 0) return flagged;
 
-  // 4. Validate every message before writing anything, then sum them into the updates.
+  // 4. Validate every message before writing anything.
+  std::vector<ValidatedMessage> validated;
+  validated.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    MessageInfo info;
     try {
-      info = validate_message(messages[r], compressed_numels_);
+      validated.push_back(ValidatedMessage::validate(codec_messages[r], compressed_numels_));
     } catch (const DecodeError& e) {
       throw DecodeError(e.reason(), detail::concat("message from rank ", r, " of ", n,
                                                    " (iteration ", iteration, "): ", e.what()));
     }
-    if (info.iteration != iteration) {
+    const uint64_t message_iteration = validated.back().info().iteration;
+    if (message_iteration != iteration) {
       throw DecodeError(DecodeError::Reason::kMalformed,
                         detail::concat("message from rank ", r, " is for iteration ",
-                                       info.iteration, " but this rank is at iteration ", iteration,
-                                       "; the ranks are out of step"));
+                                       message_iteration, " but this rank is at iteration ",
+                                       iteration, "; the ranks are out of step"));
     }
   }
-  for (const auto& u : updates) std::fill(u.begin(), u.end(), 0.0f);
+
+  // 5. Reset the update buffers: only the positions the previous call wrote when the buffers
+  // are the same, else in full.
+  bool same_buffers = written_known_ && written_buffers_.size() == updates.size();
+  for (size_t i = 0; same_buffers && i < updates.size(); ++i) {
+    same_buffers = written_buffers_[i].data() == updates[i].data() &&
+                   written_buffers_[i].size() == updates[i].size();
+  }
+  written_known_ = false;  // until the additions below are done
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (same_buffers) {
+      float* out = updates[i].data();
+      for (uint64_t index : written_[i]) out[index] = 0.0f;
+    } else {
+      std::fill(updates[i].begin(), updates[i].end(), 0.0f);
+    }
+    written_[i].clear();
+  }
+
+  // 6. Sum the messages into the updates, recording the positions written.
   const float scale = 1.0f / static_cast<float>(n);
-  for (int r = 0; r < n; ++r) decode_add(messages[r], updates, scale);
+  for (const auto& m : validated) decode_add(m, updates, scale, written_);
+  written_buffers_.assign(updates.begin(), updates.end());
+  written_known_ = true;
   for (size_t i = 0; i < dense_flat.size(); ++i)
     dense_flat[i] = dense_buffer_[i] / static_cast<float>(n);
   return 0;

@@ -211,6 +211,74 @@ INSTANTIATE_TEST_SUITE_P(ValueTypes, RoundTripTest,
                          ::testing::Values(ValueType::kFloat32, ValueType::kFloat16,
                                            ValueType::kBFloat16));
 
+// The validated path (ValidatedMessage::validate, then decode_add of it) gives the same bits as
+// decode_add of the bytes and reports every written position in message order.
+TEST_P(RoundTripTest, ValidatedMessageAppliesLikeDecodeAdd) {
+  const ValueType type = GetParam();
+  const std::vector<Tensor> tensors = {random_tensor(0, 1000, 10, 11), random_tensor(1, 1, 1, 12),
+                                       random_tensor(3, 20000, 0, 14),
+                                       random_tensor(4, 100000, 100, 15)};
+  const std::vector<uint8_t> m = encode(tensors, type, 7);
+  const std::vector<size_t> layout = {1000, 1, 5, 20000, 100000};
+  const std::vector<uint64_t> numels(layout.begin(), layout.end());
+  GuardedOutputs direct(layout), applied(layout);
+  for (auto* out : {&direct, &applied}) {
+    for (auto& s : out->spans) std::fill(s.begin(), s.end(), 0.25f);
+  }
+  decode_add(m, direct.spans, 0.5f);
+  const auto validated = ValidatedMessage::validate(m, numels);
+  EXPECT_EQ(validated.info().element_count, 111u);
+  EXPECT_EQ(validated.info().iteration, 7u);
+  std::vector<std::vector<uint64_t>> written(layout.size());
+  written[4].push_back(17);  // appended to, not replaced
+  decode_add(validated, applied.spans, 0.5f, written);
+  EXPECT_TRUE(applied.guards_intact());
+  for (size_t t = 0; t < layout.size(); ++t) {
+    EXPECT_TRUE(std::equal(direct.spans[t].begin(), direct.spans[t].end(), applied.spans[t].begin(),
+                           applied.spans[t].end()))
+        << t;
+  }
+  std::vector<std::vector<uint64_t>> expected_written(layout.size());
+  expected_written[4].push_back(17);
+  for (const Tensor& t : tensors) {
+    expected_written[t.id].insert(expected_written[t.id].end(), t.indices.begin(), t.indices.end());
+  }
+  EXPECT_EQ(written, expected_written);
+}
+
+TEST(Codec, ValidatedMessageRejectsWhatValidateMessageRejects) {
+  std::vector<uint8_t> m = small_message();
+  const std::vector<uint64_t> numels(kSmallLayout.begin(), kSmallLayout.end());
+  EXPECT_NO_THROW(ValidatedMessage::validate(m, numels));
+  m[40] ^= 0x5A;  // payload corrupted: the checksum catches it
+  try {
+    ValidatedMessage::validate(m, numels);
+    FAIL() << "a corrupted message was accepted";
+  } catch (const DecodeError& e) {
+    EXPECT_EQ(e.reason(), Reason::kBadChecksum);
+  }
+  m[40] ^= 0x5A;
+  const std::vector<uint64_t> other = {100, 50, 2999};
+  EXPECT_THROW(ValidatedMessage::validate(m, other), DecodeError);
+}
+
+TEST(Codec, ValidatedMessageChecksTheOutputsAgainstItsLayout) {
+  const std::vector<uint8_t> m = small_message();
+  const std::vector<uint64_t> numels(kSmallLayout.begin(), kSmallLayout.end());
+  const auto validated = ValidatedMessage::validate(m, numels);
+  // One output too small, one output missing, `written` of the wrong size: nothing is written.
+  GuardedOutputs smaller({100, 50, 2999});
+  EXPECT_THROW(decode_add(validated, smaller.spans, 1.0f), Error);
+  EXPECT_TRUE(smaller.untouched());
+  GuardedOutputs fewer({100, 50});
+  EXPECT_THROW(decode_add(validated, fewer.spans, 1.0f), Error);
+  EXPECT_TRUE(fewer.untouched());
+  GuardedOutputs right(kSmallLayout);
+  std::vector<std::vector<uint64_t>> written(2);
+  EXPECT_THROW(decode_add(validated, right.spans, 1.0f, written), Error);
+  EXPECT_TRUE(right.untouched());
+}
+
 TEST(Codec, EmptyMessageAndEmptyTensors) {
   const std::vector<uint8_t> empty = encode({}, ValueType::kFloat32);
   EXPECT_EQ(empty.size(), 32u);

@@ -30,6 +30,13 @@ comm::GlooOptions quick() {
   return options;
 }
 
+// Only compressed tensors: no dense-path allreduce.
+std::vector<TensorSpec> compressed_only_layout() {
+  PolicyOptions policy;
+  policy.min_numel = 1024;
+  return make_layout({{"conv.weight", {16, 8, 3, 3}}, {"fc.weight", {10, 300}}}, policy);
+}
+
 ExchangeOptions exchange_options(ValueType type = ValueType::kFloat32) {
   ExchangeOptions options;
   options.value_type = type;
@@ -142,6 +149,89 @@ TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
       if (it != 1) {
         EXPECT_LE(test::max_error(test::expected_result(layout, n, it), updates, in.dense), 1e-6);
       }
+    }
+  });
+}
+
+// Iterations with different selections into the same buffers: exactly the direct sum / N at
+// the selected positions and exactly 0 everywhere else, also when the buffers change between
+// calls (full zeroing) or the caller wrote into them after forget_updates().
+TEST_P(ExchangeTest, ReusedBuffersHoldOnlyThisIterationsSum) {
+  const auto [n, type] = GetParam();
+  for (const auto& layout : {model_layout(), compressed_only_layout()}) {
+    comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+      Exchange exchange(comm, layout, exchange_options(type));
+      std::vector<std::vector<float>> first = {std::vector<float>(1152, 99.0f),
+                                               std::vector<float>(3000, 99.0f)};
+      std::vector<std::vector<float>> second = first;
+      for (uint64_t it = 0; it < 6; ++it) {
+        // Iterations 0-1 and 4-5 use `first`, 2-3 use `second` (a change of buffers).
+        auto& updates = it == 2 || it == 3 ? second : first;
+        if (it == 5) {
+          for (auto& u : updates) std::fill(u.begin(), u.end(), -7.0f);
+          exchange.forget_updates();
+        }
+        auto in = rank_inputs(layout, comm.rank(), it);
+        ASSERT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense), 0);
+        const auto expected = test::expected_result(layout, n, it);
+        std::vector<std::vector<bool>> selected(updates.size());
+        for (size_t c = 0; c < updates.size(); ++c) selected[c].resize(updates[c].size());
+        for (int r = 0; r < n; ++r) {
+          const auto theirs = rank_inputs(layout, r, it);
+          for (size_t c = 0; c < updates.size(); ++c) {
+            for (uint32_t index : theirs.selections[c].indices) selected[c][index] = true;
+          }
+        }
+        for (size_t c = 0; c < updates.size(); ++c) {
+          for (size_t i = 0; i < updates[c].size(); ++i) {
+            if (!selected[c][i]) {
+              ASSERT_EQ(updates[c][i], 0.0f) << "tensor " << c << " index " << i << " iteration "
+                                             << it << " rank " << comm.rank();
+            } else {
+              ASSERT_NEAR(updates[c][i], expected.updates[c][i], 1e-6)
+                  << "tensor " << c << " index " << i << " iteration " << it;
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+// Without dense-path tensors the flag travels as one byte after the message and no allreduce
+// runs; every rank still gets the same count.
+TEST_P(ExchangeTest, WithoutDenseTensorsTheFlagTravelsInTheMessage) {
+  const auto [n, type] = GetParam();
+  const auto layout = compressed_only_layout();
+  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+    Exchange exchange(comm, layout, exchange_options(type));
+    ASSERT_TRUE(exchange.dense_tensors().empty());
+    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
+    for (uint64_t it = 0; it < 4; ++it) {
+      std::vector<uint64_t> sizes(n);
+      for (int r = 0; r < n; ++r) {
+        const auto in = rank_inputs(layout, r, it);
+        MessageWriter writer(type, it);
+        writer.add(0, 1152, in.selections[0].indices, in.selections[0].values);
+        writer.add(1, 3000, in.selections[1].indices, in.selections[1].values);
+        std::vector<uint8_t> message;
+        writer.finish(message);
+        sizes[r] = message.size() + 1;  // the flag byte
+      }
+      auto in = rank_inputs(layout, comm.rank(), it);
+      // Iteration 1: the last rank flags; iteration 2: every rank flags.
+      const bool ok = !(it == 1 && comm.rank() == n - 1) && it != 2;
+      const int flagged = exchange.run(it, in.selections, test::spans(updates), in.dense, ok);
+      EXPECT_EQ(flagged, it == 1 ? 1 : it == 2 ? n : 0) << "iteration " << it;
+      if (flagged == 0) {
+        EXPECT_LE(test::max_error(test::expected_result(layout, n, it), updates, in.dense), 1e-6);
+      }
+      const auto& b = exchange.last();
+      EXPECT_EQ(b.message, sizes[comm.rank()]);
+      const auto gather = comm::ring_allgatherv_bytes(sizes, comm.rank());
+      const uint64_t size_exchange = n > 1 ? 8 * static_cast<uint64_t>(n - 1) : 0;
+      EXPECT_EQ(b.wire_sent, size_exchange + gather.sent);
+      EXPECT_EQ(b.wire_received, size_exchange + gather.received);
     }
   });
 }
@@ -292,7 +382,13 @@ class CorruptingCommunicator final : public comm::Communicator {
   std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
                                                comm::Timeout timeout) override {
     auto all = inner_.allgatherv(message, timeout);
-    if (armed && all[victim_].size() > 40) all[victim_][40] ^= 0x5A;
+    if (armed && all[victim_].size() > 40) {
+      if (flip_last) {
+        all[victim_].back() ^= 0x5A;
+      } else {
+        all[victim_][40] ^= 0x5A;
+      }
+    }
     return all;
   }
   void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
@@ -303,6 +399,7 @@ class CorruptingCommunicator final : public comm::Communicator {
   }
   void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
   bool armed = false;
+  bool flip_last = false;  // flip the last byte instead of byte 40
 
  private:
   comm::Communicator& inner_;
@@ -327,6 +424,40 @@ TEST(Exchange, CorruptMessageIsADecodeErrorNamingTheSender) {
   });
   for (int r = 0; r < n; ++r) {
     EXPECT_NE(errors[r].find("message from rank 2 of 3"), std::string::npos) << errors[r];
+  }
+}
+
+// Without dense-path tensors the bad-gradient flag travels in the message: a corrupt message is
+// still named by its sender, and nothing is written into the updates.
+TEST(Exchange, CorruptMessageWithoutDenseTensorsWritesNothing) {
+  constexpr int n = 3;
+  const auto layout = compressed_only_layout();
+  for (const bool flip_last : {false, true}) {
+    std::vector<std::string> errors(n);
+    comm::run_local(n, quick(), [&](comm::Communicator& real) {
+      CorruptingCommunicator comm(real, 2);
+      comm.flip_last = flip_last;
+      Exchange exchange(comm, layout, exchange_options());
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152),
+                                                 std::vector<float>(3000)};
+      auto in = rank_inputs(layout, comm.rank(), 0);
+      ASSERT_EQ(exchange.run(0, in.selections, test::spans(updates), in.dense), 0);
+      const auto before = updates;
+      comm.armed = true;
+      in = rank_inputs(layout, comm.rank(), 1);
+      try {
+        exchange.run(1, in.selections, test::spans(updates), in.dense);
+      } catch (const DecodeError& e) {
+        errors[comm.rank()] = e.what();
+      }
+      EXPECT_EQ(updates, before) << "rank " << comm.rank();
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_NE(errors[r].find("message from rank 2 of 3"), std::string::npos) << errors[r];
+      if (flip_last) {
+        EXPECT_NE(errors[r].find("bad-gradient flag"), std::string::npos) << errors[r];
+      }
+    }
   }
 }
 
