@@ -87,13 +87,6 @@ void fused_momentum(float* __restrict u, float* __restrict v, const float* __res
   }
 }
 
-ValueType parse_value_type(const std::string& name) {
-  if (name == "fp32") return ValueType::kFloat32;
-  if (name == "fp16") return ValueType::kFloat16;
-  if (name == "bf16") return ValueType::kBFloat16;
-  throw InvalidArgument("value type must be fp32, fp16 or bf16, got " + name);
-}
-
 void run_bench_compress(const BenchCompressOptions& o) {
   DGC_CHECK(o.numel > 0 && o.numel <= int64_t{UINT32_MAX}, "numel must be in [1, 2^32), got ",
             o.numel);

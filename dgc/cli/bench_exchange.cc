@@ -110,13 +110,6 @@ std::mt19937_64 selection_rng(uint64_t seed, int rank, int variant) {
   return std::mt19937_64(mix64(gradient_stream(seed, rank, variant) ^ 0x5e1ec7ULL));
 }
 
-ValueType parse_value_type(const std::string& name) {
-  if (name == "fp32") return ValueType::kFloat32;
-  if (name == "fp16") return ValueType::kFloat16;
-  if (name == "bf16") return ValueType::kBFloat16;
-  throw InvalidArgument("--value-type must be fp32, fp16 or bf16, got '" + name + "'");
-}
-
 // The selection rank `rank` makes on its gradient `variant` (a pure function of seed, rank and
 // variant).
 void select_for_rank(const BenchExchangeOptions& o, int rank, int variant,

@@ -8,14 +8,16 @@
 #include "dgc/core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"dgc: data-parallel training with Deep Gradient Compression (Lin et al., ICLR 2018)"};
+  CLI::App app{
+      "dgc: data-parallel training with Deep Gradient Compression (Lin et al., ICLR 2018)"};
   app.set_version_flag("--version", DGC_VERSION);
   app.require_subcommand(1);
 #if DGC_WITH_TORCH
   dgc::cli::add_train(app);
 #endif
 #if DGC_BUILD_BENCHMARKS
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks; each runs its baselines in the same process");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Benchmarks; each runs its baselines in the same process");
   bench->require_subcommand(1);
   dgc::cli::add_bench_compress(*bench);
 #if DGC_WITH_COMM

@@ -49,13 +49,6 @@ SelectionMethod parse_selection(const std::string& name) {
   throw InvalidArgument("unknown --selection '" + name + "': expected sampled or exact");
 }
 
-ValueType parse_value_type(const std::string& name) {
-  if (name == "fp32") return ValueType::kFloat32;
-  if (name == "fp16") return ValueType::kFloat16;
-  if (name == "bf16") return ValueType::kBFloat16;
-  throw InvalidArgument("unknown --value-type '" + name + "': expected fp32, fp16 or bf16");
-}
-
 LearningRateSchedule::Decay parse_decay(const std::string& name) {
   if (name == "cosine") return LearningRateSchedule::Decay::kCosine;
   if (name == "constant") return LearningRateSchedule::Decay::kConstant;

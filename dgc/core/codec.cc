@@ -58,18 +58,6 @@ size_t value_bytes(ValueType type) { return type == ValueType::kFloat32 ? 4 : 2;
 
 bool known_value_type(uint8_t type) { return type <= static_cast<uint8_t>(ValueType::kBFloat16); }
 
-const char* value_type_name(ValueType type) {
-  switch (type) {
-    case ValueType::kFloat32:
-      return "fp32";
-    case ValueType::kFloat16:
-      return "fp16";
-    case ValueType::kBFloat16:
-      return "bf16";
-  }
-  return "unknown";
-}
-
 [[noreturn]] void fail(DecodeError::Reason reason, const std::string& what) {
   throw DecodeError(reason, "invalid DGC message: " + what);
 }
@@ -229,7 +217,7 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
       if (!std::isfinite(value)) {
         fail(Reason::kMalformed,
              detail::concat("tensor ", id, ": element ", j, " has value ", value, " (",
-                            value_type_name(info.value_type), "); values must be finite"));
+                            to_string(info.value_type), "); values must be finite"));
       }
     }
     info.element_count += count;
@@ -287,6 +275,26 @@ void scatter_add(float* out, std::span<const uint64_t> indices, float scale, con
 }
 
 }  // namespace
+
+const char* to_string(ValueType type) {
+  switch (type) {
+    case ValueType::kFloat32:
+      return "fp32";
+    case ValueType::kFloat16:
+      return "fp16";
+    case ValueType::kBFloat16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+ValueType parse_value_type(std::string_view name) {
+  if (name == "fp32") return ValueType::kFloat32;
+  if (name == "fp16") return ValueType::kFloat16;
+  if (name == "bf16") return ValueType::kBFloat16;
+  throw InvalidArgument("unknown value type '" + std::string(name) +
+                        "': expected fp32, fp16 or bf16");
+}
 
 MessageWriter::MessageWriter(ValueType value_type, uint64_t iteration) {
   reset(value_type, iteration);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace dgc {
 
@@ -33,6 +34,11 @@ struct MomentumOptions {
 
 // Wire representation of the values of selected elements.
 enum class ValueType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// "fp32", "fp16", "bf16": the names used by flags, settings and messages.
+const char* to_string(ValueType type);
+// The inverse of to_string; anything else throws dgc::InvalidArgument listing the valid names.
+ValueType parse_value_type(std::string_view name);
 
 struct CompressionOptions {
   double density = 0.001;  // d: fraction of elements sent once warm-up is over

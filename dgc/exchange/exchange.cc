@@ -19,18 +19,6 @@ const char* path_name(TensorPath path) {
   return path == TensorPath::kCompressed ? "compressed" : "dense";
 }
 
-const char* value_type_name(ValueType type) {
-  switch (type) {
-    case ValueType::kFloat32:
-      return "fp32";
-    case ValueType::kFloat16:
-      return "fp16";
-    case ValueType::kBFloat16:
-      return "bf16";
-  }
-  return "unknown";
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::ostringstream out;
   out << "[";
@@ -329,7 +317,7 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
   // The value type is part of what every rank must agree on.
   std::string settings = options_.settings;
   if (!settings.empty() && settings.back() != '\n') settings += '\n';
-  settings += std::string("exchange.value_type=") + value_type_name(options_.value_type) + "\n";
+  settings += std::string("exchange.value_type=") + to_string(options_.value_type) + "\n";
   handshake(comm_, layout_, settings, options_.timeout);
 }
 

@@ -22,18 +22,6 @@ const char* to_string(SelectionMethod method) {
   return method == SelectionMethod::kExact ? "exact" : "sampled";
 }
 
-const char* to_string(ValueType type) {
-  switch (type) {
-    case ValueType::kFloat16:
-      return "fp16";
-    case ValueType::kBFloat16:
-      return "bf16";
-    case ValueType::kFloat32:
-      break;
-  }
-  return "fp32";
-}
-
 const char* to_string(LearningRateSchedule::Decay decay) {
   switch (decay) {
     case LearningRateSchedule::Decay::kConstant:
@@ -85,7 +73,7 @@ std::string describe(const OptimizerOptions& o) {
         << "selection_bounds=" << Num{c.selection.lower_ratio} << ","
         << Num{c.selection.upper_ratio} << "," << Num{c.selection.threshold_decay} << ","
         << c.selection.max_rounds << "\n"
-        << "value_type=" << to_string(c.value_type) << "\n"
+        << "value_type=" << dgc::to_string(c.value_type) << "\n"
         << "min_compress_numel=" << o.policy.min_numel << "\n"
         << "compress_1d=" << o.policy.compress_1d << "\n";
   }

@@ -63,14 +63,6 @@ bool wait_all(std::vector<std::unique_ptr<Process>>& procs, milliseconds timeout
   return true;
 }
 
-std::string all_output(const std::vector<std::unique_ptr<Process>>& procs) {
-  std::string out;
-  for (size_t i = 0; i < procs.size(); ++i) {
-    out += "---- process " + std::to_string(i) + " ----\n" + procs[i]->output();
-  }
-  return out;
-}
-
 TEST(MultiProcess, FourProcessesThroughMasterAddrAndPort) {
   TempDir dir("dgc-comm-tcp-");
   const int port = free_port();

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -158,5 +159,14 @@ class Process {
   std::string log_;
   std::optional<int> status_;
 };
+
+// Every process's output, each under a heading naming it, for failure messages.
+inline std::string all_output(const std::vector<std::unique_ptr<Process>>& procs) {
+  std::string out;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    out += "---- process " + std::to_string(i) + " ----\n" + procs[i]->output();
+  }
+  return out;
+}
 
 }  // namespace dgc::test

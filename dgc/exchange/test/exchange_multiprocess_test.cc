@@ -44,14 +44,6 @@ std::vector<std::unique_ptr<Process>> start_torchrun(const TempDir& dir,
   return procs;
 }
 
-std::string all_output(const std::vector<std::unique_ptr<Process>>& procs) {
-  std::string out;
-  for (size_t i = 0; i < procs.size(); ++i) {
-    out += "---- process " + std::to_string(i) + " ----\n" + procs[i]->output();
-  }
-  return out;
-}
-
 TEST(ExchangeMultiProcess, FourProcessesThroughMasterAddrAndPort) {
   TempDir dir("dgc-exchange-tcp-");
   auto procs = start_torchrun(dir, {"run", "--iterations", "4", "--timeout-ms", "20000"});
