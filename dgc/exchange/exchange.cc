@@ -136,23 +136,6 @@ std::optional<Description> parse(std::span<const uint8_t> data) {
   return d;
 }
 
-std::map<std::string, std::string> settings_map(const std::string& settings) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(settings);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) {
-      out[line] = "";
-    } else {
-      out[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-  }
-  return out;
-}
-
 // One thing all ranks must agree on, with each rank's value.
 struct Item {
   std::string what;
@@ -184,7 +167,7 @@ std::vector<Item> items_of(const std::vector<Description>& all) {
   std::vector<std::map<std::string, std::string>> settings(n);
   std::map<std::string, bool> keys;
   for (size_t r = 0; r < n; ++r) {
-    settings[r] = settings_map(all[r].settings);
+    settings[r] = parse_settings(all[r].settings);
     for (const auto& kv : settings[r]) keys[kv.first] = true;
   }
   for (const auto& [key, unused] : keys) {
@@ -429,6 +412,23 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   for (size_t i = 0; i < dense_flat.size(); ++i)
     dense_flat[i] = dense_buffer_[i] / static_cast<float>(n);
   return 0;
+}
+
+std::map<std::string, std::string> parse_settings(const std::string& settings) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(settings);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      out[line] = "";
+    } else {
+      out[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
+  return out;
 }
 
 }  // namespace dgc

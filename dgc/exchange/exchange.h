@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,10 @@ struct ExchangeBytes {
   uint64_t dense_wire_sent = 0;  // what a dense ring allreduce of the whole gradient would send
   ExchangeBytes& operator+=(const ExchangeBytes& other);
 };
+
+// The "key=value" lines of a settings string as a map (a line without '=' maps to ""; empty
+// lines and trailing '\r' are ignored). Not collective.
+std::map<std::string, std::string> parse_settings(const std::string& settings);
 
 // Start-up handshake: every rank checks that all ranks have the same world size, the same layout
 // (names, shapes, paths, order) and the same settings. On any difference every rank throws

@@ -1,4 +1,5 @@
 #include "dgc/train/checkpoint.h"
+#include "dgc/exchange/exchange.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -83,21 +84,6 @@ uint32_t crc_of(std::span<const uint8_t> bytes) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
-
-std::map<std::string, std::string> parse_settings(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) {
-      out[line] = "";
-    } else {
-      out[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -20,14 +20,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr int kWorld = 4;
-const std::vector<std::string> kNoLaunchVars = {"RANK",
-                                                "WORLD_SIZE",
-                                                "MASTER_ADDR",
-                                                "MASTER_PORT",
-                                                "OMPI_COMM_WORLD_RANK",
-                                                "OMPI_COMM_WORLD_SIZE",
-                                                "PMI_RANK",
-                                                "PMI_SIZE"};
 
 std::vector<std::string> torchrun_env(int rank, int world, int port) {
   std::vector<std::string> env = kNoLaunchVars;

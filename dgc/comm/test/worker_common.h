@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
@@ -31,6 +32,17 @@ enum ExitCode : int {
 };
 
 // "--name value" pairs; flags without a value are not used by the workers.
+// The launcher variables a test clears before starting workers, so that only the ones it sets
+// decide how they connect.
+inline const std::vector<std::string> kNoLaunchVars = {"RANK",
+                                                       "WORLD_SIZE",
+                                                       "MASTER_ADDR",
+                                                       "MASTER_PORT",
+                                                       "OMPI_COMM_WORLD_RANK",
+                                                       "OMPI_COMM_WORLD_SIZE",
+                                                       "PMI_RANK",
+                                                       "PMI_SIZE"};
+
 inline std::map<std::string, std::string> parse_args(int argc, char** argv, int first) {
   std::map<std::string, std::string> args;
   for (int i = first; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];

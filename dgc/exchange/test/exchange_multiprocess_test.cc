@@ -17,14 +17,6 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int kWorld = 4;
-const std::vector<std::string> kNoLaunchVars = {"RANK",
-                                                "WORLD_SIZE",
-                                                "MASTER_ADDR",
-                                                "MASTER_PORT",
-                                                "OMPI_COMM_WORLD_RANK",
-                                                "OMPI_COMM_WORLD_SIZE",
-                                                "PMI_RANK",
-                                                "PMI_SIZE"};
 
 std::vector<std::unique_ptr<Process>> start_torchrun(const TempDir& dir,
                                                      const std::vector<std::string>& args) {
