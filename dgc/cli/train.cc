@@ -206,9 +206,14 @@ void run(const TrainCommand& cmd, bool workers_given) {
       std::printf("  sent per worker: %s; dense would have sent %s\n",
                   format_bytes(static_cast<double>(s.total.message)).c_str(),
                   format_bytes(static_cast<double>(s.total.dense_gradient)).c_str());
-      std::printf("  compression ratio: %.1fx whole run, %.1fx after warm-up\n",
-                  ratio(s.total.dense_gradient, s.total.message),
-                  ratio(s.post_warmup.dense_gradient, s.post_warmup.message));
+      if (s.post_warmup.message > 0) {
+        std::printf("  compression ratio: %.1fx whole run, %.1fx after warm-up\n",
+                    ratio(s.total.dense_gradient, s.total.message),
+                    ratio(s.post_warmup.dense_gradient, s.post_warmup.message));
+      } else {
+        std::printf("  compression ratio: %.1fx whole run (the run ended inside the warm-up)\n",
+                    ratio(s.total.dense_gradient, s.total.message));
+      }
       std::printf(
           "  on the wire per worker: sent %s, received %s (dense allreduce would send %s)\n",
           format_bytes(static_cast<double>(s.total.wire_sent)).c_str(),
