@@ -520,6 +520,14 @@ TcpStore::TcpStore(const std::string& master_addr, int port, int rank, int world
   if (rank == 0) server_ = std::make_unique<TcpStoreServer>(master_addr, port, world_size);
   try {
     connect_client(timeout);
+  } catch (const MismatchError&) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    // Rank 0's own join was refused (another rank's mismatch arrived first): keep serving the
+    // refusal so that the ranks still connecting learn why instead of finding no server.
+    if (server_) server_->linger_after_refusal(timeout);
+    server_.reset();
+    throw;
   } catch (...) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

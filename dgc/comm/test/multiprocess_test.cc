@@ -193,5 +193,29 @@ TEST(MultiProcess, WorldSizeMismatchIsAnErrorOnEveryRankNotAHang) {
   }
 }
 
+// The mismatched rank starts before the master and two ranks start a second later: the master
+// keeps serving the refusal, so the late ranks learn why instead of finding the store gone.
+TEST(MultiProcess, LateRanksLearnOfAWorldSizeMismatch) {
+  TempDir dir("dgc-comm-ws-late-");
+  const int port = free_port();
+  std::vector<std::unique_ptr<Process>> procs;
+  auto start = [&](int r, int world) {
+    procs.push_back(std::make_unique<Process>(
+        std::vector<std::string>{DGC_COMM_WORKER, "collectives", "--timeout-ms", "30000"},
+        torchrun_env(r, world, port), dir.path() + "/rank" + std::to_string(r) + ".log"));
+  };
+  start(1, 3);
+  std::this_thread::sleep_for(milliseconds(300));
+  start(0, kWorld);
+  std::this_thread::sleep_for(milliseconds(1000));
+  start(2, kWorld);
+  start(3, kWorld);
+  ASSERT_TRUE(wait_all(procs, milliseconds(20000))) << all_output(procs);
+  for (const auto& p : procs) {
+    EXPECT_EQ(p->exit_code(), kExitMismatch) << p->output();
+    EXPECT_NE(p->output().find("WORLD_SIZE=3"), std::string::npos) << p->output();
+  }
+}
+
 }  // namespace
 }  // namespace dgc::test
