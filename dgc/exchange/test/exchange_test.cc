@@ -45,6 +45,23 @@ ExchangeOptions exchange_options(ValueType type = ValueType::kFloat32) {
   return options;
 }
 
+// The size of every rank's message at `iteration`, encoded here the way the exchange does
+// (the two compressed tensors of 1152 and 3000 elements).
+std::vector<uint64_t> encoded_sizes(const std::vector<TensorSpec>& layout, int n,
+                                    uint64_t iteration, ValueType type) {
+  std::vector<uint64_t> sizes(n);
+  for (int r = 0; r < n; ++r) {
+    const auto in = rank_inputs(layout, r, iteration);
+    MessageWriter writer(type, iteration);
+    writer.add(0, 1152, in.selections[0].indices, in.selections[0].values);
+    writer.add(1, 3000, in.selections[1].indices, in.selections[1].values);
+    std::vector<uint8_t> message;
+    writer.finish(message);
+    sizes[r] = message.size();
+  }
+  return sizes;
+}
+
 TEST(Layout, PolicyChoosesThePathAndKeepsTheOrder) {
   const auto layout = model_layout();
   ASSERT_EQ(layout.size(), 5u);
@@ -106,16 +123,7 @@ TEST_P(ExchangeTest, BytesHaveTheirClosedForm) {
     ExchangeBytes sum;
     for (uint64_t it = 0; it < 2; ++it) {
       // Every rank's message, encoded here the way the exchange does.
-      std::vector<uint64_t> sizes(n);
-      for (int r = 0; r < n; ++r) {
-        const auto in = rank_inputs(layout, r, it);
-        MessageWriter writer(type, it);
-        writer.add(0, 1152, in.selections[0].indices, in.selections[0].values);
-        writer.add(1, 3000, in.selections[1].indices, in.selections[1].values);
-        std::vector<uint8_t> message;
-        writer.finish(message);
-        sizes[r] = message.size();
-      }
+      const std::vector<uint64_t> sizes = encoded_sizes(layout, n, it, type);
       auto in = rank_inputs(layout, comm.rank(), it);
       exchange.run(it, in.selections, test::spans(updates), in.dense);
       const auto& b = exchange.last();
@@ -208,16 +216,8 @@ TEST_P(ExchangeTest, WithoutDenseTensorsTheFlagTravelsInTheMessage) {
     ASSERT_TRUE(exchange.dense_tensors().empty());
     std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
     for (uint64_t it = 0; it < 4; ++it) {
-      std::vector<uint64_t> sizes(n);
-      for (int r = 0; r < n; ++r) {
-        const auto in = rank_inputs(layout, r, it);
-        MessageWriter writer(type, it);
-        writer.add(0, 1152, in.selections[0].indices, in.selections[0].values);
-        writer.add(1, 3000, in.selections[1].indices, in.selections[1].values);
-        std::vector<uint8_t> message;
-        writer.finish(message);
-        sizes[r] = message.size() + 1;  // the flag byte
-      }
+      std::vector<uint64_t> sizes = encoded_sizes(layout, n, it, type);
+      for (auto& size : sizes) size += 1;  // the flag byte
       auto in = rank_inputs(layout, comm.rank(), it);
       // Iteration 1: the last rank flags; iteration 2: every rank flags.
       const bool ok = !(it == 1 && comm.rank() == n - 1) && it != 2;
