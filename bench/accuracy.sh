@@ -6,6 +6,8 @@
 # both logs and a markdown table:
 #
 #   OUT/dense.jsonl OUT/dgc.jsonl OUT/dense.log OUT/dgc.log OUT/accuracy.md
+#   OUT/accuracy-*.png and .svg: the charts of `dgc plot` (accuracy by epoch and by wall time,
+#   bytes per epoch)
 #
 # Usage: bench/accuracy.sh [--out DIR] [--epochs N] [--seed S] [--dgc BINARY]
 #                          [-- extra `dgc train` flags for both runs]
@@ -74,3 +76,8 @@ paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_accuracy <"$out/den
       printf "Final test accuracy: dense %.2f%%, DGC %.2f%% (DGC - dense = %+.2f points).\n", 100*last_dense, 100*last_dgc, 100*(last_dgc-last_dense)
       printf "DGC compression ratio (dense gradient bytes / bytes sent per worker, headers and dense-path tensors included): %.1fx over the whole run, %.1fx after warm-up.\n", dense/sent, (sent_post > 0 ? dense_post/sent_post : 0)
     }' | tee "$out/accuracy.md"
+
+# The charts (gnuplot); a failure here leaves the table and curves above intact.
+"$dgc" plot "$out/dense.jsonl" "$out/dgc.jsonl" --out "$out" --name accuracy \
+  --title "default CNN, 4 workers" ||
+  echo "accuracy.sh: no charts (dgc plot failed; is gnuplot-nox installed?)" >&2

@@ -12,5 +12,7 @@ void add_bench_compress(CLI::App& bench);
 void add_bench_exchange(CLI::App& bench);
 // dgc train: data-parallel training with or without DGC.
 void add_train(CLI::App& app);
+// dgc plot: PNG and SVG charts (gnuplot) from training metrics and benchmark JSON lines.
+void add_plot(CLI::App& app);
 
 }  // namespace dgc::cli

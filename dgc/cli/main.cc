@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   dgc::cli::add_bench_exchange(*bench);
 #endif
 #endif
+  dgc::cli::add_plot(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

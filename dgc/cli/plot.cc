@@ -1,0 +1,442 @@
+// dgc plot: charts (PNG and SVG, drawn by gnuplot) from the JSON lines that dgc writes.
+//
+// Inputs are recognised by their fields, line by line:
+//   - training metrics (`dgc train --metrics FILE`): one object per epoch with "epoch" and
+//     "seconds". One series per file. Charts:
+//       NAME-METRIC-epoch  the metric against the epoch;
+//       NAME-METRIC-time   the metric against wall time (the running sum of "seconds");
+//       NAME-bytes         message bytes per worker in each epoch ("bytes_sent"), log scale.
+//     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity and
+//     validation_perplexity that every file has.
+//   - exchange benchmarks (`dgc bench exchange --json`, and `bench/slow_network.sh --out`, which
+//     adds "rate"): objects with "benchmark": "exchange". One series per link rate ("loopback"
+//     without "rate") and exchange algorithm (when the object names one). Charts:
+//       NAME-exchange-time     DGC exchange and dense allreduce time against workers, log scale;
+//       NAME-exchange-speedup  dense time / DGC time against workers.
+//     Of several objects for the same series and worker count, the last one is drawn.
+// Beside the charts NAME.gp holds the gnuplot script with the data inline, so a chart can be
+// restyled and redrawn with `gnuplot NAME.gp`.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dgc/cli/commands.h"
+#include "dgc/core/error.h"
+
+extern char** environ;
+
+namespace dgc::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct PlotCommand {
+  std::vector<std::string> files;
+  std::vector<std::string> labels;
+  std::string out = "plots";
+  std::string name = "dgc";
+  std::string metric;  // empty: automatic
+  std::string title;   // prefix of every chart title
+  int width = 800;
+  int height = 500;
+};
+
+struct MetricsRun {
+  std::string file;
+  std::string label;
+  std::vector<json> epochs;
+};
+
+struct ExchangePoint {
+  int workers = 0;
+  double dgc_seconds = 0.0;
+  double dense_seconds = 0.0;  // 0: not measured
+};
+
+// gnuplot single-quoted string: only ' needs escaping (doubled).
+std::string quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+double number(const json& object, const std::string& field, const std::string& where) {
+  const auto it = object.find(field);
+  if (it == object.end() || !it->is_number()) {
+    throw DataError(where + ": field '" + field + "' is missing or not a number");
+  }
+  return it->get<double>();
+}
+
+std::string readable(const std::string& metric) {
+  std::string out = metric;
+  std::replace(out.begin(), out.end(), '_', ' ');
+  if (metric == "test_accuracy") out += " (%)";
+  return out;
+}
+
+// One chart: its gnuplot commands after the terminal and output are set.
+struct Chart {
+  std::string file;      // without extension
+  std::string commands;  // title, axes, plot
+};
+
+class Plotter {
+ public:
+  explicit Plotter(const PlotCommand& cmd) : cmd_(cmd) {}
+
+  void read() {
+    if (!cmd_.labels.empty() && cmd_.labels.size() != cmd_.files.size()) {
+      throw InvalidArgument(detail::concat("--label given ", cmd_.labels.size(), " times for ",
+                                           cmd_.files.size(),
+                                           " files; give one label per file, in order, or none"));
+    }
+    for (size_t f = 0; f < cmd_.files.size(); ++f) read_file(f);
+    if (runs_.empty() && exchange_.empty()) {
+      throw DataError("no training metrics or exchange benchmark results in the input");
+    }
+  }
+
+  std::vector<Chart> charts() const {
+    std::vector<Chart> out;
+    if (!runs_.empty()) add_metrics_charts(out);
+    if (!exchange_.empty()) add_exchange_charts(out);
+    return out;
+  }
+
+ private:
+  void read_file(size_t f) {
+    const std::string& path = cmd_.files[f];
+    std::ifstream in(path);
+    if (!in) throw DataError("cannot open '" + path + "': check the path");
+    MetricsRun run;
+    run.file = path;
+    std::string line;
+    int line_number = 0;
+    while (std::getline(in, line)) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = detail::concat(path, ":", line_number);
+      json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (object.is_discarded() || !object.is_object()) {
+        throw DataError(where +
+                        ": not a JSON object; dgc plot reads JSON lines as written by "
+                        "`dgc train --metrics` or `dgc bench exchange --json`");
+      }
+      if (object.value("benchmark", "") == "exchange") {
+        add_exchange(object, where);
+      } else if (object.contains("epoch") && object.contains("seconds")) {
+        number(object, "epoch", where);
+        number(object, "seconds", where);
+        run.epochs.push_back(std::move(object));
+      } else {
+        throw DataError(where +
+                        ": neither training metrics (\"epoch\", \"seconds\") nor an "
+                        "exchange benchmark result (\"benchmark\": \"exchange\")");
+      }
+    }
+    if (line_number == 0) throw DataError("'" + path + "' is empty");
+    if (!run.epochs.empty()) {
+      run.label = cmd_.labels.empty() ? "" : cmd_.labels[f];
+      runs_.push_back(std::move(run));
+    }
+  }
+
+  void add_exchange(const json& object, const std::string& where) {
+    ExchangePoint p;
+    p.workers = static_cast<int>(number(object, "workers", where));
+    p.dgc_seconds = number(object, "dgc_seconds", where);
+    const auto dense = object.find("dense_seconds");
+    if (dense != object.end() && dense->is_number()) p.dense_seconds = dense->get<double>();
+    std::string series = object.contains("rate") && object["rate"].is_string()
+                             ? object["rate"].get<std::string>()
+                             : std::string("loopback");
+    for (const char* field : {"exchange", "algorithm"}) {
+      if (object.contains(field) && object[field].is_string()) {
+        series += ", " + object[field].get<std::string>();
+        break;
+      }
+    }
+    exchange_[series][p.workers] = p;
+  }
+
+  // Default labels: the runs' "compression" values when they tell the runs apart, else the
+  // file names without extension.
+  std::vector<std::string> labels() const {
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    bool distinct = true;
+    for (const auto& run : runs_) {
+      std::string label = run.label;
+      if (label.empty()) {
+        const std::string compression = run.epochs.front().value("compression", "");
+        label = compression == "none" ? "dense" : compression == "dgc" ? "DGC" : compression;
+      }
+      if (label.empty() || !seen.insert(label).second) distinct = false;
+      out.push_back(label);
+    }
+    if (!distinct) {
+      for (size_t i = 0; i < runs_.size(); ++i) {
+        if (runs_[i].label.empty()) out[i] = fs::path(runs_[i].file).stem().string();
+      }
+    }
+    return out;
+  }
+
+  std::string metric() const {
+    if (!cmd_.metric.empty()) {
+      for (const auto& run : runs_) {
+        for (size_t e = 0; e < run.epochs.size(); ++e) {
+          number(run.epochs[e], cmd_.metric, detail::concat(run.file, ", epoch record ", e + 1));
+        }
+      }
+      return cmd_.metric;
+    }
+    for (const char* candidate : {"test_accuracy", "test_perplexity", "validation_perplexity"}) {
+      const bool everywhere = std::all_of(runs_.begin(), runs_.end(), [&](const MetricsRun& run) {
+        return std::all_of(run.epochs.begin(), run.epochs.end(), [&](const json& e) {
+          return e.contains(candidate) && e[candidate].is_number();
+        });
+      });
+      if (everywhere) return candidate;
+    }
+    throw DataError(
+        "the training metrics have no test_accuracy, test_perplexity or validation_perplexity "
+        "in every epoch of every file; name the field to draw with --metric");
+  }
+
+  std::string title(const std::string& text) const {
+    return cmd_.title.empty() ? text : cmd_.title + ": " + text;
+  }
+
+  // A datablock per run: epoch, wall minutes, metric, megabytes sent.
+  std::string metrics_data(const std::string& field) const {
+    std::ostringstream out;
+    const double scale = field == "test_accuracy" ? 100.0 : 1.0;
+    for (size_t r = 0; r < runs_.size(); ++r) {
+      out << "$run" << r << " << EOD\n";
+      double minutes = 0.0;
+      for (const auto& e : runs_[r].epochs) {
+        minutes += e["seconds"].get<double>() / 60.0;
+        const double bytes = e.contains("bytes_sent") && e["bytes_sent"].is_number()
+                                 ? e["bytes_sent"].get<double>()
+                                 : 0.0;
+        out << e["epoch"].get<double>() << " " << minutes << " " << scale * e[field].get<double>()
+            << " " << bytes / 1e6 << "\n";
+      }
+      out << "EOD\n";
+    }
+    return out.str();
+  }
+
+  std::string metrics_plot(int x_column, int y_column) const {
+    const auto names = labels();
+    std::string plot = "plot ";
+    for (size_t r = 0; r < runs_.size(); ++r) {
+      plot += detail::concat(r ? ", " : "", "$run", r, " using ", x_column, ":", y_column,
+                             " with linespoints lw 2 pt 7 ps 0.8 title ", quote(names[r]));
+    }
+    return plot + "\n";
+  }
+
+  void add_metrics_charts(std::vector<Chart>& out) const {
+    const std::string field = metric();
+    const std::string data = metrics_data(field);
+    const std::string ylabel = readable(field);
+    const bool lower_is_better =
+        field.find("perplexity") != std::string::npos || field.find("loss") != std::string::npos;
+    const std::string key = lower_is_better ? "set key top right\n" : "set key bottom right\n";
+    const std::string base = cmd_.name + "-" + field;
+    double last_epoch = 0;
+    for (const auto& run : runs_)
+      last_epoch = std::max(last_epoch, run.epochs.back()["epoch"].get<double>());
+    const std::string epoch_tics = last_epoch <= 20 ? "set xtics 1\n" : "";
+    out.push_back({base + "-epoch", data + "set title " + quote(title(ylabel + " by epoch")) +
+                                        "\nset xlabel 'epoch'\nset ylabel " + quote(ylabel) + "\n" +
+                                        key + epoch_tics + metrics_plot(1, 3)});
+    out.push_back({base + "-time", data + "set title " + quote(title(ylabel + " by wall time")) +
+                                       "\nset xlabel 'wall time (minutes)'\nset ylabel " +
+                                       quote(ylabel) + "\n" + key + metrics_plot(2, 3)});
+    const bool have_bytes = std::any_of(runs_.begin(), runs_.end(), [](const MetricsRun& run) {
+      return std::all_of(run.epochs.begin(), run.epochs.end(), [](const json& e) {
+        return e.contains("bytes_sent") && e["bytes_sent"].is_number() &&
+               e["bytes_sent"].get<double>() > 0;
+      });
+    });
+    if (have_bytes) {
+      out.push_back({cmd_.name + "-bytes",
+                     data + "set title " + quote(title("bytes sent per worker per epoch")) +
+                         "\nset xlabel 'epoch'\nset ylabel 'message bytes per worker (MB)'\n"
+                         "set logscale y\nset key top right\n" +
+                         epoch_tics + metrics_plot(1, 4)});
+    }
+  }
+
+  void add_exchange_charts(std::vector<Chart>& out) const {
+    // Worker counts are usually powers of two: a log2 axis keeps 2, 4, 8, ... 256 apart.
+    int max_workers = 0;
+    for (const auto& [series, points] : exchange_)
+      max_workers = std::max(max_workers, points.rbegin()->first);
+    const std::string worker_axis = max_workers <= 16 ? "set xtics 1\n" : "set logscale x 2\n";
+    std::ostringstream data;
+    int index = 0;
+    std::string time_plot = "plot ";
+    std::string speedup_plot = "plot ";
+    bool any_speedup = false;
+    for (const auto& [series, points] : exchange_) {
+      data << "$exchange" << index << " << EOD\n";
+      for (const auto& [workers, p] : points) {
+        const double speedup =
+            p.dgc_seconds > 0 && p.dense_seconds > 0 ? p.dense_seconds / p.dgc_seconds : 0.0;
+        data << workers << " " << 1e3 * p.dgc_seconds << " " << 1e3 * p.dense_seconds << " "
+             << speedup << "\n";
+        any_speedup = any_speedup || speedup > 0;
+      }
+      data << "EOD\n";
+      const std::string sep = index ? ", " : "";
+      time_plot +=
+          detail::concat(sep, "$exchange", index, " using 1:2 with linespoints lw 2 pt 7 lc ",
+                         index + 1, " title ", quote("DGC, " + series), ", $exchange", index,
+                         " using 1:($3 > 0 ? $3 : NaN) with linespoints lw 2 dt 2 pt 5 lc ",
+                         index + 1, " title ", quote("dense allreduce, " + series));
+      speedup_plot += detail::concat(sep, "$exchange", index,
+                                     " using 1:($4 > 0 ? $4 : NaN) with linespoints lw 2 pt 7 lc ",
+                                     index + 1, " title ", quote(series));
+      ++index;
+    }
+    out.push_back({cmd_.name + "-exchange-time",
+                   data.str() + "set title " + quote(title("exchange time per iteration")) +
+                       "\nset xlabel 'workers'\nset ylabel 'time (ms)'\nset logscale y\n"
+                       "set key top left\n" +
+                       worker_axis + time_plot + "\n"});
+    if (any_speedup) {
+      out.push_back({cmd_.name + "-exchange-speedup",
+                     data.str() + "set title " +
+                         quote(title("speedup of the DGC exchange over a dense allreduce")) +
+                         "\nset xlabel 'workers'\nset ylabel 'dense time / DGC time'\n"
+                         "set yrange [0:*]\nset key top left\n" +
+                         worker_axis + speedup_plot + "\n"});
+    }
+  }
+
+  const PlotCommand& cmd_;
+  std::vector<MetricsRun> runs_;
+  std::map<std::string, std::map<int, ExchangePoint>> exchange_;  // series -> workers -> point
+};
+
+// The whole gnuplot script: every chart in PNG and SVG.
+std::string script(const PlotCommand& cmd, const std::vector<Chart>& charts) {
+  std::ostringstream out;
+  out << "# Written by dgc plot; redraw with: gnuplot " << cmd.name << ".gp\n";
+  for (const auto& chart : charts) {
+    for (const char* format : {"png", "svg"}) {
+      const std::string file = (fs::path(cmd.out) / (chart.file + "." + format)).string();
+      out << "reset\n";
+      if (std::strcmp(format, "png") == 0) {
+        out << "set terminal pngcairo size " << cmd.width << "," << cmd.height
+            << " font 'sans,11' noenhanced\n";
+      } else {
+        out << "set terminal svg size " << cmd.width << "," << cmd.height
+            << " font 'sans,11' noenhanced background '#ffffff'\n";
+      }
+      out << "set output " << quote(file) << "\nset grid\nset border lw 1.2\n"
+          << chart.commands << "unset output\n";
+    }
+  }
+  return out.str();
+}
+
+// Runs `gnuplot SCRIPT`; its messages go to our stderr.
+void run_gnuplot(const std::string& script_path) {
+  const std::string program = "gnuplot";
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()),
+                             const_cast<char*>(script_path.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (rc == ENOENT) {
+    throw DataError(
+        "gnuplot not found: install it (Debian: apt-get install gnuplot-nox), then run again");
+  }
+  if (rc != 0) throw Error(std::string("cannot start gnuplot: ") + std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw Error(std::string("waiting for gnuplot: ") + std::strerror(errno));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error("gnuplot failed on " + script_path + " (its messages are above)");
+  }
+}
+
+void run(const PlotCommand& cmd) {
+  Plotter plotter(cmd);
+  plotter.read();
+  const auto charts = plotter.charts();
+  std::error_code ec;
+  fs::create_directories(cmd.out, ec);
+  if (ec) throw DataError("cannot create --out directory '" + cmd.out + "': " + ec.message());
+  const std::string script_path = (fs::path(cmd.out) / (cmd.name + ".gp")).string();
+  {
+    std::ofstream file(script_path, std::ios::trunc);
+    file << script(cmd, charts);
+    if (!file.flush()) throw DataError("cannot write " + script_path);
+  }
+  run_gnuplot(script_path);
+  for (const auto& chart : charts) {
+    for (const char* format : {"png", "svg"}) {
+      const fs::path file = fs::path(cmd.out) / (chart.file + "." + format);
+      if (!fs::exists(file) || fs::file_size(file) == 0) {
+        throw Error("gnuplot did not write " + file.string());
+      }
+      std::printf("wrote %s\n", file.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+void add_plot(CLI::App& app) {
+  auto cmd = std::make_shared<PlotCommand>();
+  CLI::App* sub = app.add_subcommand(
+      "plot",
+      "Draw PNG and SVG charts with gnuplot from JSON lines: training metrics (dgc train "
+      "--metrics: the test metric by epoch and by wall time, bytes per epoch; one line per "
+      "file) and exchange benchmarks (dgc bench exchange --json, bench/slow_network.sh --out: "
+      "time and speedup by workers)");
+  sub->add_option("files", cmd->files, "JSON lines files")->required()->check(CLI::ExistingFile);
+  sub->add_option("--label", cmd->labels,
+                  "Legend label of each file, in order (default: dense/DGC from the runs' "
+                  "compression, else the file names); repeat once per file: --label A --label B")
+      ->allow_extra_args(false);
+  sub->add_option("--out", cmd->out, "Directory for the charts and the gnuplot script")
+      ->capture_default_str();
+  sub->add_option("--name", cmd->name, "Prefix of the chart files")->capture_default_str();
+  sub->add_option("--metric", cmd->metric,
+                  "Training metric to draw (default: test_accuracy, else test_perplexity, else "
+                  "validation_perplexity)");
+  sub->add_option("--title", cmd->title, "Text put before every chart title");
+  sub->add_option("--width", cmd->width, "Chart width, pixels")
+      ->check(CLI::Range(200, 4000))
+      ->capture_default_str();
+  sub->add_option("--height", cmd->height, "Chart height, pixels")
+      ->check(CLI::Range(150, 4000))
+      ->capture_default_str();
+  sub->callback([cmd] { run(*cmd); });
+}
+
+}  // namespace dgc::cli

@@ -1,0 +1,69 @@
+# dgc plot on committed sample JSON lines (real outputs of `dgc train --metrics` for a 3-epoch run
+# on 3000 examples, dense and DGC, and of `dgc bench exchange --json` for 2-4 workers): every
+# chart is written as a real PNG and an SVG with the expected title and legend; bad input fails
+# with a message that names the problem.
+#   cmake -DDGC=path/to/dgc -DDATA=dir/with/samples -DOUT=scratch/dir -P plot_check.cmake
+file(REMOVE_RECURSE "${OUT}")
+
+execute_process(
+  COMMAND "${DGC}" plot "${DATA}/dense.jsonl" "${DATA}/dgc.jsonl" "${DATA}/exchange.jsonl"
+          --out "${OUT}" --title "sample run"
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "dgc plot failed (${rc}):\n${out}\n${err}")
+endif()
+
+# chart file -> texts its SVG must contain
+set(charts
+  "dgc-test_accuracy-epoch|sample run: test accuracy (%) by epoch|dense|DGC|epoch"
+  "dgc-test_accuracy-time|sample run: test accuracy (%) by wall time|wall time (minutes)|DGC"
+  "dgc-bytes|sample run: bytes sent per worker per epoch|message bytes per worker (MB)|DGC"
+  "dgc-exchange-time|sample run: exchange time per iteration|DGC, loopback|dense allreduce, loopback|workers"
+  "dgc-exchange-speedup|sample run: speedup of the DGC exchange over a dense allreduce|dense time / DGC time")
+foreach(chart IN LISTS charts)
+  string(REPLACE "|" ";" parts "${chart}")
+  list(POP_FRONT parts name)
+  set(png "${OUT}/${name}.png")
+  set(svg "${OUT}/${name}.svg")
+  if(NOT EXISTS "${png}" OR NOT EXISTS "${svg}")
+    message(FATAL_ERROR "${name}: PNG or SVG missing; dgc plot printed:\n${out}")
+  endif()
+  file(READ "${png}" magic LIMIT 8 HEX)
+  if(NOT magic STREQUAL "89504e470d0a1a0a")
+    message(FATAL_ERROR "${png} is not a PNG (starts with ${magic})")
+  endif()
+  file(SIZE "${png}" png_size)
+  if(png_size LESS 2000)
+    message(FATAL_ERROR "${png} is only ${png_size} bytes")
+  endif()
+  file(READ "${svg}" svg_text)
+  if(NOT svg_text MATCHES "<svg")
+    message(FATAL_ERROR "${svg} is not an SVG")
+  endif()
+  foreach(text IN LISTS parts)
+    string(FIND "${svg_text}" "${text}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "${svg} lacks the text '${text}'")
+    endif()
+  endforeach()
+endforeach()
+
+# Bad input: a clear error, non-zero exit.
+function(expect_failure expected)
+  execute_process(COMMAND "${DGC}" plot ${ARGN} --out "${OUT}/bad"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "dgc plot ${ARGN} succeeded; expected an error containing '${expected}'")
+  endif()
+  string(FIND "${err}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "dgc plot ${ARGN}: expected '${expected}' in the error, got:\n${err}")
+  endif()
+endfunction()
+expect_failure("malformed.jsonl:2: not a JSON object" "${DATA}/malformed.jsonl")
+expect_failure("--label given 1 times for 2 files" "${DATA}/dense.jsonl" "${DATA}/dgc.jsonl"
+               --label only-one)
+file(WRITE "${OUT}/no_metric.jsonl" "{\"epoch\":1,\"seconds\":2.5,\"train_loss\":1.0}\n")
+expect_failure("no test_accuracy, test_perplexity or validation_perplexity"
+               "${OUT}/no_metric.jsonl")
+expect_failure("field 'no_such_field' is missing" "${DATA}/dense.jsonl" --metric no_such_field)
