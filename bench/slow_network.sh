@@ -2,28 +2,43 @@
 # The DGC exchange benchmark (`dgc bench exchange`) on a real, rate-limited network.
 #
 # Each rank runs as its own `dgc bench exchange` process (torchrun-style variables, Gloo over TCP)
-# in its own network namespace. Every rank namespace has one veth pair to a bridge that lives in a
+# in its own network namespace. Every rank namespace has one veth pair to a switch that lives in a
 # namespace of its own; both ends of every veth are shaped with tc tbf to the rate under test, so
 # each rank's link is limited in both directions (a star network of full-duplex links, like ranks
-# on one Ethernet switch). Addresses come from the benchmarking range 198.18.0.0/15
-# (198.18.0.1 .. 198.18.0.N). Everything the script creates (namespaces, veths, bridge, addresses)
-# is removed on exit, also on error or Ctrl-C, and the rank processes are stopped.
+# on one Ethernet switch). The switch is a Linux bridge, or, for links with delay or loss,
+# dgc-linkemu (a learning switch with per-port delay and loss, built with dgc: this kernel has no
+# netem). Addresses come from the benchmarking range 198.18.0.0/15 (198.18.0.1 .. 198.18.0.N).
+# Everything the script creates (namespaces, veths, bridge, addresses, the switch process) is
+# removed on exit, also on error or Ctrl-C, and the rank processes are stopped.
 #
-#   bench/slow_network.sh [--ranks 4] [--rates "1gbit 100mbit"] [--numel N] [--out FILE]
-#                         [--dgc PATH] [--burst BYTES] [--leaf QDISC] [--repeats N]
-#                         [--dense-repeats N] [--run-timeout S] [-- extra dgc bench exchange options]
+#   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
+#                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
+#                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
+#                         [-- extra dgc bench exchange options]
 #
-#   --dgc PATH     the dgc program (default build/bin/dgc)
+# Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
+#   1gbit     tbf rate 1gbit both ways, Linux bridge (no added delay or loss)
+#   100mbit   tbf rate 100mbit both ways, Linux bridge
+#   mobile    a phone-class link: tbf rate 20mbit both ways; dgc-linkemu adds 10 ms one way on
+#             each link crossed (rank -> switch -> rank: 20 ms, so a 40 ms round trip between two
+#             ranks) and loses 0.05% of the frames on each link crossed (about 0.1% between two
+#             ranks); GSO limited to one segment on the ranks so that loss is per packet
+#   --rates "R1 R2 ..." with optional --delay-ms D (one way, per link) and --loss P (per link
+#             crossed): free-form links, one run per rate, named after the rate (e.g. 50mbit)
+#   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
 #   -- ...         options passed to every `dgc bench exchange`, e.g. --breakdown
 #
-# Needs root (network namespaces, veth, tc) and iproute2 (`ip`, `tc`). When the ranks share fewer
-# cores than there are ranks, or other jobs run, their scheduling delays show up in the times;
-# `chrt -f 10 bench/slow_network.sh ...` (real-time priority for the ranks) reduces that.
-# Prints, per rate: both times, the speedup, the wire-time bound (bytes on the busiest link /
+# Needs root (network namespaces, veth, tc), iproute2 (`ip`, `tc`) and, for delay or loss, ping
+# (iputils-ping: the script measures the round trip before it runs and stops if the delay is not
+# in effect). A shaping step that fails stops the benchmark: it never runs unshaped. When the
+# ranks share fewer cores than there are ranks, or other jobs run, their scheduling delays show
+# up in the times; `chrt -f 10 bench/slow_network.sh ...` (real-time priority) reduces that.
+# Prints, per profile: both times, the speedup, the wire-time bound (bytes on the busiest link /
 # bandwidth, payload bytes as counted by dgc; TCP/IP/Ethernet headers add about 4-5% on the wire)
-# and dgc/(bound + 5 ms). --out FILE appends rank 0's JSON line per rate, with "rate" added.
+# and dgc/(bound + 5 ms). --out FILE appends rank 0's JSON line per profile, with "profile",
+# "rate", "delay_ms" and "loss" added.
 set -euo pipefail
 
 usage() {
@@ -32,7 +47,10 @@ usage() {
 
 original_args=("$@")
 ranks=4
-rates="1gbit 100mbit"
+profiles=""
+rates=""
+delay_ms=0
+loss=0
 numel=""
 out=""
 dgc="build/bin/dgc"
@@ -46,7 +64,10 @@ extra=()
 while (($#)); do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
+    --profiles) profiles="$2"; shift 2 ;;
     --rates) rates="$2"; shift 2 ;;
+    --delay-ms) delay_ms="$2"; shift 2 ;;
+    --loss) loss="$2"; shift 2 ;;
     --numel) numel="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --dgc) dgc="$2"; shift 2 ;;
@@ -69,6 +90,24 @@ fi
 [[ -z "$numel" || "$numel" =~ ^[0-9]+$ ]] || die "--numel must be a positive integer, got '$numel'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst must be a number of bytes, got '$burst'"
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
+[[ "$delay_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number of milliseconds, got '$delay_ms'"
+[[ "$loss" =~ ^(0(\.[0-9]+)?|1)$ ]] || die "--loss must be a probability in [0, 1], got '$loss'"
+if [ -n "$profiles" ] && [ -n "$rates" ]; then
+  die "give --profiles or --rates (free-form links), not both"
+fi
+[ -n "$profiles" ] || [ -n "$rates" ] || profiles="1gbit 100mbit"
+
+# Links to run, one per line: name rate delay_ms loss.
+links=()
+for p in $profiles; do
+  case "$p" in
+    1gbit) links+=("1gbit 1gbit 0 0") ;;
+    100mbit) links+=("100mbit 100mbit 0 0") ;;
+    mobile) links+=("mobile 20mbit 10 0.0005") ;;
+    *) die "unknown profile '$p': 1gbit, 100mbit or mobile (or --rates R --delay-ms D --loss P)" ;;
+  esac
+done
+for r in $rates; do links+=("$r $r $delay_ms $loss"); done
 
 if [ "$(id -u)" -ne 0 ]; then
   die "needs root to create network namespaces, veth pairs and tc qdiscs; run it as root, e.g. sudo $0 ${original_args[*]}"
@@ -93,7 +132,17 @@ rate_bps() {
     *) die "rate '$1': unit must be gbit, mbit or kbit" ;;
   esac
 }
-for rate in $rates; do rate_bps "$rate" >/dev/null; done
+emulate=0
+for link in "${links[@]}"; do
+  read -r _ rate d l <<<"$link"
+  rate_bps "$rate" >/dev/null
+  if [ "$d" != 0 ] || [ "$l" != 0 ]; then emulate=1; fi
+done
+linkemu="$(dirname "$dgc")/dgc-linkemu"
+if ((emulate)); then
+  [ -x "$linkemu" ] || die "links with delay or loss need dgc-linkemu beside the dgc program ($linkemu); build it (scripts/setup.sh)"
+  command -v ping >/dev/null || die "links with delay or loss need ping to check them; install iputils-ping (Debian: apt-get install iputils-ping)"
+fi
 
 # Names: one set per invocation, so concurrent runs do not collide.
 tag="dgcbench$$"
@@ -103,15 +152,16 @@ rank_addr() { echo "198.18.0.$(($1 + 1))"; }
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/dgcbench.XXXXXX")"
 pids=()
 created_ns=()
+switch_pid=""
 
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do
+  for pid in "${pids[@]}" $switch_pid; do
     kill -TERM "$pid" 2>/dev/null || true
   done
-  for pid in "${pids[@]}"; do
+  for pid in "${pids[@]}" $switch_pid; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
@@ -134,7 +184,8 @@ add_ns() {
   ip netns exec "$1" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
 }
 
-# Topology: bridge namespace with br0; per rank a namespace with eth0 <-> vr<i> on br0.
+# Topology: switch namespace with br0; per rank a namespace with eth0 <-> vr<i> (on br0, or a port
+# of dgc-linkemu for links with delay or loss).
 add_ns "$bridge_ns"
 ip -n "$bridge_ns" link add br0 type bridge
 ip -n "$bridge_ns" link set br0 up
@@ -171,6 +222,49 @@ shape() {
   echo "$b"
 }
 
+# The switch for one link: the bridge (no delay or loss) or dgc-linkemu on the vr<i> ends.
+stop_linkemu() {
+  [ -n "$switch_pid" ] || return 0
+  kill -TERM "$switch_pid" 2>/dev/null || true
+  wait "$switch_pid" 2>/dev/null || true
+  switch_pid=""
+  grep -h '^{' "$workdir/linkemu.out" | sed 's/^/slow_network: /' || true
+}
+use_switch() {
+  local d="$1" l="$2"
+  stop_linkemu
+  if [ "$d" = 0 ] && [ "$l" = 0 ]; then
+    for ((i = 0; i < ranks; i++)); do
+      ip -n "$bridge_ns" link set "vr$i" master br0
+      ip -n "$(rank_ns "$i")" link set eth0 gso_max_segs 65535
+    done
+    return 0
+  fi
+  local ports=()
+  for ((i = 0; i < ranks; i++)); do
+    ip -n "$bridge_ns" link set "vr$i" nomaster
+    ip -n "$(rank_ns "$i")" link set eth0 gso_max_segs 1
+    ports+=("vr$i:$d:$l")
+  done
+  ip netns exec "$bridge_ns" "$linkemu" "${ports[@]}" >"$workdir/linkemu.out" 2>&1 &
+  switch_pid=$!
+  for _ in $(seq 50); do
+    grep -q '^linkemu: ready' "$workdir/linkemu.out" && break
+    kill -0 "$switch_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q '^linkemu: ready' "$workdir/linkemu.out" ||
+    die "dgc-linkemu did not start: $(cat "$workdir/linkemu.out")"
+  # The delay must be in effect: rank 0 -> rank 1 crosses two links each way (4 x d).
+  local rtt
+  rtt="$(ip netns exec "$(rank_ns 0)" ping -n -q -c 5 -i 0.2 -W 5 "$(rank_addr 1)" |
+    sed -nE 's|.*= ([0-9.]+)/.*|\1|p')"
+  [ -n "$rtt" ] || die "no ping reply between rank 0 and rank 1 through dgc-linkemu; not running unshaped"
+  awk -v rtt="$rtt" -v d="$d" 'BEGIN { exit !(rtt >= 0.9 * 4 * d) }' ||
+    die "round trip through dgc-linkemu is ${rtt} ms, expected at least $(awk -v d="$d" 'BEGIN { print 0.9 * 4 * d }') ms; not running unshaped"
+  echo "slow_network: dgc-linkemu ${d} ms and loss ${l} per link; ping rank 0 -> rank 1: min round trip ${rtt} ms"
+}
+
 # Extracts a field of a one-line JSON object (numbers, booleans, strings without commas).
 json_field() {
   sed -nE "s/.*\"$2\":\"?([^,\"}]*)\"?[,}].*/\1/p" <<<"$1"
@@ -178,12 +272,14 @@ json_field() {
 
 host="$(uname -n)"
 cores="$(nproc)"
-echo "slow_network: $ranks ranks, each in its own namespace, star through a bridge, links shaped with tc tbf both ways"
+echo "slow_network: $ranks ranks, each in its own namespace, star through a switch, links shaped with tc tbf both ways"
 echo "slow_network: dgc=$dgc host=$host cores=$cores date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "slow_network: namespaces ${bridge_ns} (bridge) and $(rank_ns 0)..$(rank_ns $((ranks - 1))), addresses $(rank_addr 0)..$(rank_addr $((ranks - 1)))"
 rows=()
 failed=0
-for rate in $rates; do
+for link in "${links[@]}"; do
+  read -r name rate link_delay link_loss <<<"$link"
+  use_switch "$link_delay" "$link_loss"
   bps="$(rate_bps "$rate")"
   gbit="$(awk -v b="$bps" 'BEGIN { printf "%.6g", b / 1e9 }')"
   b="$(shape "$rate" "$bps")"
@@ -197,7 +293,7 @@ for rate in $rates; do
   collective_timeout=$((3 * dense_s + 60))
   limit="${run_timeout:-$((8 * dense_s + 180))}"
   args+=(--timeout "$collective_timeout" "${extra[@]}")
-  echo "slow_network: rate $rate (tbf burst $b B), run limit ${limit}s: ${args[*]}"
+  echo "slow_network: link $name: rate $rate (tbf burst $b B), delay ${link_delay} ms and loss ${link_loss} per link, run limit ${limit}s: ${args[*]}"
 
   pids=()
   for ((i = 0; i < ranks; i++)); do
@@ -225,29 +321,35 @@ for rate in $rates; do
     for ((i = 0; i < ranks; i++)); do
       sed "s/^/  rank $i: /" "$workdir/rank$i.err" >&2
     done
-    echo "slow_network: rate $rate failed (status $status)" >&2
+    echo "slow_network: link $name failed (status $status)" >&2
     failed=1
     continue
   fi
   pids=()
   line="$(grep -m1 '^{' "$workdir/rank0.out" || true)"
-  [ -n "$line" ] || { echo "slow_network: rank 0 printed no JSON at rate $rate" >&2; failed=1; continue; }
+  [ -n "$line" ] || { echo "slow_network: rank 0 printed no JSON on link $name" >&2; failed=1; continue; }
+  if [ -n "$switch_pid" ] && ! kill -0 "$switch_pid" 2>/dev/null; then
+    echo "slow_network: dgc-linkemu stopped during the run on link $name; result discarded" >&2
+    failed=1
+    continue
+  fi
   if [ -n "$out" ]; then
-    echo "${line%\}},\"rate\":\"$rate\",\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
+    echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
   fi
   dgc_s="$(json_field "$line" dgc_seconds)"
   dense_s="$(json_field "$line" dense_seconds)"
   bound="$(json_field "$line" wire_bound_seconds)"
   dense_bound="$(json_field "$line" dense_wire_bound_seconds)"
   verified="$(json_field "$line" verified)"
-  rows+=("$(awk -v rate="$rate" -v r="$ranks" -v n="$(json_field "$line" numel)" \
+  rows+=("$(awk -v rate="$name" -v r="$ranks" -v n="$(json_field "$line" numel)" \
     -v d="$dgc_s" -v D="$dense_s" -v b="$bound" -v B="$dense_bound" -v v="$verified" 'BEGIN {
       printf "%-8s %5d %10d %11.6f %11.6f %9.1f %11.6f %11.6f %10.2f %8s",
              rate, r, n, d, D, D / d, b, B, d / (b + 0.005), v }')")
 done
 
 echo
-printf "%-8s %5s %10s %11s %11s %9s %11s %11s %10s %8s\n" rate ranks numel dgc_s dense_s speedup \
+stop_linkemu
+printf "%-8s %5s %10s %11s %11s %9s %11s %11s %10s %8s\n" link ranks numel dgc_s dense_s speedup \
   bound_s dense_bound "dgc/(b+5ms)" verified
 for row in "${rows[@]}"; do echo "$row"; done
 echo "(times: median over repeats of the slowest rank; bound: busiest link bytes / rate)"

@@ -14,7 +14,7 @@ packages=(
   libgloo-dev libopenmpi-dev openmpi-bin
   zlib1g-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist bible-kjv
-  iproute2 procps gnuplot-nox
+  iproute2 iputils-ping procps gnuplot-nox
 )
 
 missing=()

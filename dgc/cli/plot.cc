@@ -9,8 +9,9 @@
 //     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity and
 //     validation_perplexity that every file has.
 //   - exchange benchmarks (`dgc bench exchange --json`, and `bench/slow_network.sh --out`, which
-//     adds "rate"): objects with "benchmark": "exchange". One series per link rate ("loopback"
-//     without "rate") and exchange algorithm (when the object names one). Charts:
+//     adds "profile" and "rate"): objects with "benchmark": "exchange". One series per link
+//     profile (else rate; "loopback" without either) and exchange algorithm (when the object
+//     names one). Charts:
 //       NAME-exchange-time     DGC exchange and dense allreduce time against workers, log scale;
 //       NAME-exchange-speedup  dense time / DGC time against workers.
 //     Of several objects for the same series and worker count, the last one is drawn.
@@ -164,9 +165,13 @@ class Plotter {
     p.dgc_seconds = number(object, "dgc_seconds", where);
     const auto dense = object.find("dense_seconds");
     if (dense != object.end() && dense->is_number()) p.dense_seconds = dense->get<double>();
-    std::string series = object.contains("rate") && object["rate"].is_string()
-                             ? object["rate"].get<std::string>()
-                             : std::string("loopback");
+    std::string series = "loopback";
+    for (const char* field : {"profile", "rate"}) {
+      if (object.contains(field) && object[field].is_string()) {
+        series = object[field].get<std::string>();
+        break;
+      }
+    }
     for (const char* field : {"exchange", "algorithm"}) {
       if (object.contains(field) && object[field].is_string()) {
         series += ", " + object[field].get<std::string>();
