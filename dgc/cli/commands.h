@@ -10,6 +10,8 @@ namespace dgc::cli {
 void add_bench_compress(CLI::App& bench);
 // dgc bench exchange: DGC exchange vs dense allreduce of the same gradient.
 void add_bench_exchange(CLI::App& bench);
+// dgc bench step: complete SGD steps of well-known models' shapes, dense vs DGC.
+void add_bench_step(CLI::App& bench);
 // dgc train: data-parallel training with or without DGC.
 void add_train(CLI::App& app);
 // dgc plot: PNG and SVG charts (gnuplot) from training metrics and benchmark JSON lines.

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
 #if DGC_WITH_COMM
   dgc::cli::add_bench_exchange(*bench);
 #endif
+#if DGC_WITH_TORCH
+  dgc::cli::add_bench_step(*bench);
+#endif
 #endif
   dgc::cli::add_plot(app);
   try {

@@ -1,6 +1,7 @@
 #include "dgc/train/optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -145,6 +146,11 @@ void DistributedOptimizer::restore_compressor() {
 }
 
 void DistributedOptimizer::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  const auto start = Clock::now();
   const int world = comm_.size();
   const bool dgc = options_.compression == Compression::kDgc;
 
@@ -210,8 +216,12 @@ void DistributedOptimizer::step() {
   // 3. The exchange.
   std::vector<std::span<float>> update_spans;
   for (auto& u : updates_) update_spans.emplace_back(u);
+  const auto exchange_start = Clock::now();
   const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), selections_, update_spans,
                                        dense_flat_, local_ok);
+  const auto exchange_end = Clock::now();
+  timings_.compress = seconds(start, exchange_start);
+  timings_.exchange = seconds(exchange_start, exchange_end);
 
   // 4. A bad gradient anywhere: undo, and every rank stops at this step.
   if (bad_ranks > 0) {
@@ -268,6 +278,7 @@ void DistributedOptimizer::step() {
   total_ += last;
   if (iteration_ >= warmup_iterations()) post_warmup_ += last;
   ++iteration_;
+  timings_.update = seconds(exchange_end, Clock::now());
 }
 
 void DistributedOptimizer::synchronize_buffers() {

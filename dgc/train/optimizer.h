@@ -39,6 +39,13 @@
 
 namespace dgc::train {
 
+// Wall time of the parts of one step() on this rank, seconds (for benchmarks).
+struct StepTimings {
+  double compress = 0.0;  // gradients read and checked, clipping, the compressor, the dense buffer
+  double exchange = 0.0;  // Exchange::run: encode, collectives, decode
+  double update = 0.0;    // the weight update
+};
+
 class DistributedOptimizer {
  public:
   // Collects the model's named parameters (float32, contiguous, CPU), builds the layout
@@ -78,6 +85,8 @@ class DistributedOptimizer {
   const ExchangeBytes& last_bytes() const { return exchange_->last(); }
   const ExchangeBytes& total_bytes() const { return total_; }
   const ExchangeBytes& post_warmup_bytes() const { return post_warmup_; }
+  // The parts of the last step() (zeros before the first).
+  const StepTimings& last_timings() const { return timings_; }
 
   // Adds this rank's parameters, buffers, momenta, DGC velocity/momentum, compressor RNG, the
   // iteration and the byte counters to `file` (records "model/...", "optimizer/...", "dgc/...").
@@ -117,6 +126,7 @@ class DistributedOptimizer {
 
   ExchangeBytes total_;
   ExchangeBytes post_warmup_;
+  StepTimings timings_;
 };
 
 }  // namespace dgc::train
