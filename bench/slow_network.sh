@@ -14,7 +14,7 @@
 #   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
 #                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
 #                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
-#                         [-- extra dgc bench exchange options]
+#                         [--bench exchange|step] [-- extra options of the dgc bench command]
 #
 # Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
 #   1gbit     tbf rate 1gbit both ways, Linux bridge (no added delay or loss)
@@ -25,6 +25,9 @@
 #             ranks); GSO limited to one segment on the ranks so that loss is per packet
 #   --rates "R1 R2 ..." with optional --delay-ms D (one way, per link) and --loss P (per link
 #             crossed): free-form links, one run per rate, named after the rate (e.g. 50mbit)
+#   --bench step   run `dgc bench step` (replayed dense and DGC training steps of real models'
+#                  shapes; e.g. -- --model resnet50 --compute-seconds 0.1) instead of
+#                  `dgc bench exchange`; prints one row per model and link
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
@@ -47,6 +50,7 @@ usage() {
 
 original_args=("$@")
 ranks=4
+bench=exchange
 profiles=""
 rates=""
 delay_ms=0
@@ -65,6 +69,7 @@ while (($#)); do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
     --profiles) profiles="$2"; shift 2 ;;
+    --bench) bench="$2"; shift 2 ;;
     --rates) rates="$2"; shift 2 ;;
     --delay-ms) delay_ms="$2"; shift 2 ;;
     --loss) loss="$2"; shift 2 ;;
@@ -90,6 +95,7 @@ fi
 [[ -z "$numel" || "$numel" =~ ^[0-9]+$ ]] || die "--numel must be a positive integer, got '$numel'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst must be a number of bytes, got '$burst'"
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
+[[ "$bench" = exchange || "$bench" = step ]] || die "--bench must be exchange or step, got '$bench'"
 [[ "$delay_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number of milliseconds, got '$delay_ms'"
 [[ "$loss" =~ ^(0(\.[0-9]+)?|1)$ ]] || die "--loss must be a probability in [0, 1], got '$loss'"
 if [ -n "$profiles" ] && [ -n "$rates" ]; then
@@ -283,15 +289,23 @@ for link in "${links[@]}"; do
   bps="$(rate_bps "$rate")"
   gbit="$(awk -v b="$bps" 'BEGIN { printf "%.6g", b / 1e9 }')"
   b="$(shape "$rate" "$bps")"
-  args=(bench exchange --json --bandwidth-gbit "$gbit")
-  [ -n "$numel" ] && args+=(--numel "$numel")
-  [ -n "$repeats" ] && args+=(--repeats "$repeats")
-  [ -n "$dense_repeats" ] && args+=(--dense-repeats "$dense_repeats")
-  # Dense allreduce wire time (ring: 2(N-1)/N of the buffer) bounds the run time from below.
-  n="${numel:-25557032}"
-  dense_s="$(awk -v n="$n" -v r="$ranks" -v bps="$bps" 'BEGIN { printf "%d", 2 * (r - 1) / r * 4 * n * 8 / bps + 1 }')"
-  collective_timeout=$((3 * dense_s + 60))
-  limit="${run_timeout:-$((8 * dense_s + 180))}"
+  if [ "$bench" = exchange ]; then
+    args=(bench exchange --json --bandwidth-gbit "$gbit")
+    [ -n "$numel" ] && args+=(--numel "$numel")
+    [ -n "$repeats" ] && args+=(--repeats "$repeats")
+    [ -n "$dense_repeats" ] && args+=(--dense-repeats "$dense_repeats")
+    # Dense allreduce wire time (ring: 2(N-1)/N of the buffer) bounds the run time from below.
+    n="${numel:-25557032}"
+    dense_s="$(awk -v n="$n" -v r="$ranks" -v bps="$bps" 'BEGIN { printf "%d", 2 * (r - 1) / r * 4 * n * 8 / bps + 1 }')"
+    collective_timeout=$((3 * dense_s + 60))
+    limit="${run_timeout:-$((8 * dense_s + 180))}"
+  else
+    # Replayed steps: the model (and so the run time) comes with the extra options.
+    args=(bench step --json --link "$name" --bandwidth-gbit "$gbit")
+    [ -n "$repeats" ] && args+=(--steps "$repeats")
+    collective_timeout=600
+    limit="${run_timeout:-3600}"
+  fi
   args+=(--timeout "$collective_timeout" "${extra[@]}")
   echo "slow_network: link $name: rate $rate (tbf burst $b B), delay ${link_delay} ms and loss ${link_loss} per link, run limit ${limit}s: ${args[*]}"
 
@@ -326,31 +340,50 @@ for link in "${links[@]}"; do
     continue
   fi
   pids=()
-  line="$(grep -m1 '^{' "$workdir/rank0.out" || true)"
-  [ -n "$line" ] || { echo "slow_network: rank 0 printed no JSON on link $name" >&2; failed=1; continue; }
+  lines="$(grep '^{' "$workdir/rank0.out" || true)"
+  [ -n "$lines" ] || { echo "slow_network: rank 0 printed no JSON on link $name" >&2; failed=1; continue; }
   if [ -n "$switch_pid" ] && ! kill -0 "$switch_pid" 2>/dev/null; then
     echo "slow_network: dgc-linkemu stopped during the run on link $name; result discarded" >&2
     failed=1
     continue
   fi
-  if [ -n "$out" ]; then
-    echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
-  fi
-  dgc_s="$(json_field "$line" dgc_seconds)"
-  dense_s="$(json_field "$line" dense_seconds)"
-  bound="$(json_field "$line" wire_bound_seconds)"
-  dense_bound="$(json_field "$line" dense_wire_bound_seconds)"
-  verified="$(json_field "$line" verified)"
-  rows+=("$(awk -v rate="$name" -v r="$ranks" -v n="$(json_field "$line" numel)" \
-    -v d="$dgc_s" -v D="$dense_s" -v b="$bound" -v B="$dense_bound" -v v="$verified" 'BEGIN {
-      printf "%-8s %5d %10d %11.6f %11.6f %9.1f %11.6f %11.6f %10.2f %8s",
-             rate, r, n, d, D, D / d, b, B, d / (b + 0.005), v }')")
+  while read -r line; do
+    if [ -n "$out" ]; then
+      echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
+    fi
+    if [ "$bench" = step ]; then
+      rows+=("$(awk -v link="$name" -v r="$ranks" -v m="$(json_field "$line" model)" \
+        -v c="$(json_field "$line" compute_seconds)" -v D="$(json_field "$line" step_seconds_dense)" \
+        -v d="$(json_field "$line" step_seconds_dgc)" -v ed="$(json_field "$line" scaling_efficiency_dense)" \
+        -v eg="$(json_field "$line" scaling_efficiency_dgc)" -v x="$(json_field "$line" dgc_exchange_seconds)" \
+        -v w="$(json_field "$line" dgc_wire_seconds)" 'BEGIN {
+          printf "%-8s %5d %-9s %9.3f %11.4f %11.4f %8.2f %8.3f %8.3f %11.4f %10.4f",
+                 link, r, m, c, D, d, D / d, ed, eg, x, w }')")
+      continue
+    fi
+    dgc_s="$(json_field "$line" dgc_seconds)"
+    dense_s="$(json_field "$line" dense_seconds)"
+    bound="$(json_field "$line" wire_bound_seconds)"
+    dense_bound="$(json_field "$line" dense_wire_bound_seconds)"
+    verified="$(json_field "$line" verified)"
+    rows+=("$(awk -v rate="$name" -v r="$ranks" -v n="$(json_field "$line" numel)" \
+      -v d="$dgc_s" -v D="$dense_s" -v b="$bound" -v B="$dense_bound" -v v="$verified" 'BEGIN {
+        printf "%-8s %5d %10d %11.6f %11.6f %9.1f %11.6f %11.6f %10.2f %8s",
+               rate, r, n, d, D, D / d, b, B, d / (b + 0.005), v }')")
+  done <<<"$lines"
 done
 
 echo
 stop_linkemu
-printf "%-8s %5s %10s %11s %11s %9s %11s %11s %10s %8s\n" link ranks numel dgc_s dense_s speedup \
-  bound_s dense_bound "dgc/(b+5ms)" verified
-for row in "${rows[@]}"; do echo "$row"; done
-echo "(times: median over repeats of the slowest rank; bound: busiest link bytes / rate)"
+if [ "$bench" = step ]; then
+  printf "%-8s %5s %-9s %9s %11s %11s %8s %8s %8s %11s %10s\n" link ranks model compute_s \
+    step_dense step_dgc speedup eff_dns eff_dgc dgc_exch_s dgc_wire_s
+  for row in "${rows[@]}"; do echo "$row"; done
+  echo "(step = compute + the slowest rank's optimizer step, median; eff = one-rank step / N-rank step)"
+else
+  printf "%-8s %5s %10s %11s %11s %9s %11s %11s %10s %8s\n" link ranks numel dgc_s dense_s speedup \
+    bound_s dense_bound "dgc/(b+5ms)" verified
+  for row in "${rows[@]}"; do echo "$row"; done
+  echo "(times: median over repeats of the slowest rank; bound: busiest link bytes / rate)"
+fi
 exit "$failed"

@@ -51,7 +51,17 @@ grep -q '"profile":"mobile","rate":"20mbit","delay_ms":10,"loss":0.0005' "$out" 
 grep -qE 'ping rank 0 -> rank 1: min round trip (3[6-9]|[4-9][0-9])\.' <<<"$log" ||
   { echo "FAIL: the mobile profile's round trip was not measured at about 40 ms"; exit 1; }
 grep -q '"linkemu":"stopped"' <<<"$log" || { echo "FAIL: dgc-linkemu did not report its counters"; exit 1; }
-left="$(ip netns list | grep -c "^${tag}" || true)"
+# Replayed training steps (dgc bench step) on the default CNN's shapes over the 100mbit profile.
+: >"$out"
+steplog="$(timeout 150 "$script" --dgc "$dgc" --bench step --ranks 2 --profiles 100mbit --repeats 2 \
+  --out "$out" -- --model cnn --compute-seconds 0.05)"
+echo "$steplog"
+grep -q '"benchmark":"step","model":"cnn"' "$out" || { echo "FAIL: no step result"; exit 1; }
+grep -q '"workers":2,"link":"100mbit"' "$out" || { echo "FAIL: step result lacks workers/link"; exit 1; }
+grep -qE '^100mbit +2 cnn ' <<<"$steplog" || { echo "FAIL: no step table row"; exit 1; }
+tag2="$(sed -nE 's/^slow_network: namespaces (dgcbench[0-9]+)br .*/\1/p' <<<"$steplog")"
+
+left="$(ip netns list | grep -cE "^(${tag}|${tag2})" || true)"
 if [ "$left" -ne 0 ]; then
   echo "FAIL: $left of the script's namespaces left behind:"
   ip netns list | grep "^${tag}"
