@@ -307,7 +307,7 @@ TEST(Rendezvous, OneRankThroughEveryStore) {
   test::TempDir dir("dgc-comm-dir-");
   std::vector<std::unique_ptr<Communicator>> comms;
   comms.push_back(connect_gloo_file(dir.path(), 0, 1, quick()));
-  comms.push_back(connect_gloo_tcp("127.0.0.1", test::free_port(), 0, 1, quick()));
+  comms.push_back(connect_gloo_tcp({"127.0.0.1", test::free_port()}, 0, 1, quick()));
   for (auto& comm : comms) {
     EXPECT_EQ(comm->size(), 1);
     const std::vector<uint8_t> message = {1, 2, 3};
@@ -334,7 +334,7 @@ TEST(Rendezvous, MissingRanksAreNamedAtTheTimeout) {
 
   const int port = test::free_port();
   try {
-    connect_gloo_tcp("127.0.0.1", port, 0, 2, quick(milliseconds(600)));
+    connect_gloo_tcp({"127.0.0.1", port}, 0, 2, quick(milliseconds(600)));
     FAIL() << "rank 1 never comes";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("rank(s) 1 of 2 did not join"), std::string::npos)
