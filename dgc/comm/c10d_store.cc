@@ -234,6 +234,12 @@ C10dStore::C10dStore(const TcpRendezvous& where, bool serve, int rank, int world
     throw CommError(what);
   }
   impl_->store = c10::make_intrusive<c10d::PrefixStore>(where.key_prefix, impl_->tcp);
+  // c10d bounds only wait() (and get()) by the timeout; check() and add() would block on a peer
+  // that accepts connections but is no store (MASTER_PORT taken by another program). One
+  // bounded round trip first tells the two apart.
+  const std::string hello = detail::concat("dgc.hello.", rank);
+  set(hello, {'1'});
+  wait({hello}, timeout);
   local_address_ = local_address_towards(where.master_addr, where.master_port);
 }
 
