@@ -95,12 +95,12 @@ void run(const TrainCommand& cmd, bool workers_given) {
   const comm::LaunchEnv env = comm::detect_launch();
   comm::ConnectOptions connect_options;
   if (cmd.backend != "auto") connect_options.backend = comm::parse_backend(cmd.backend);
-  connect_options.workers = env.kind == comm::LaunchEnv::Kind::kLocal || workers_given ? cmd.workers : 0;
+  const bool local = env.kind == comm::LaunchEnv::Kind::kLocal;
+  connect_options.workers = local || workers_given ? cmd.workers : 0;
   connect_options.rendezvous = cmd.rendezvous;
   connect_options.gloo.timeout = opt.timeout;
   comm::check_launch(env, connect_options);
-  const int workers =
-      env.kind == comm::LaunchEnv::Kind::kLocal ? cmd.workers : env.world_size;
+  const int workers = local ? cmd.workers : env.world_size;
   if (options.threads == 0) options.threads = comm::threads_per_worker(env, cmd.workers);
 
   const auto train_set = train::load_fashion_mnist(cmd.data, train::Split::kTrain);
@@ -234,8 +234,8 @@ void add_train(CLI::App& app) {
                   "(Debian package dataset-fashion-mnist)")
       ->capture_default_str();
   sub->add_option("--workers", cmd->workers,
-                  "Local worker threads (under mpirun/torchrun each process is one worker; if given "
-                  "there, it must equal the world size)")
+                  "Local worker threads (under mpirun/torchrun each process is one worker; if "
+                  "given there, it must equal the world size)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_option("--backend", cmd->backend, "auto (mpi under mpirun, gloo otherwise), gloo or mpi")
@@ -338,8 +338,8 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
   sub->add_option("--threads", o.threads,
-                  "libtorch threads per worker (0: OMP_NUM_THREADS if set, else cores / workers on this "
-                  "host, from LOCAL_WORLD_SIZE under torchrun)")
+                  "libtorch threads per worker (0: OMP_NUM_THREADS if set, else cores / workers on "
+                  "this host, from LOCAL_WORLD_SIZE under torchrun)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/csrc/distributed/c10d/exception.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -49,9 +49,10 @@ std::string local_address_towards(const std::string& host, int port) {
     close(fd);
     if (!ok) continue;
     char text[INET6_ADDRSTRLEN] = {0};
-    const void* raw = local.ss_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+    const void* raw =
+        local.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
     if (inet_ntop(local.ss_family, raw, text, sizeof(text)) != nullptr) return text;
   }
   return {};
@@ -98,7 +99,8 @@ std::string try_connect(const std::string& host, int port, Clock::time_point dea
     }
     int result = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
     if (result == EINPROGRESS) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       pollfd p{fd, POLLOUT, 0};
       if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 1))) == 1) {
         socklen_t length = sizeof(result);
@@ -143,8 +145,8 @@ auto C10dStore::call(const char* op, F&& body) {
   auto fail = [&](const std::string& message, bool timed_out) -> void {
     const std::string what = detail::concat(
         "rendezvous: rank ", rank_, ": ", op, " on ", description_, " failed: ",
-        timed_out ? detail::concat("no answer within ", timeout_.count(),
-                                   " ms. Is MASTER_PORT ", where_.master_port,
+        timed_out ? detail::concat("no answer within ", timeout_.count(), " ms. Is MASTER_PORT ",
+                                   where_.master_port,
                                    " held by a program that is not this run's store (another "
                                    "program, or another run)? Choose a free MASTER_PORT and start "
                                    "every rank again")
@@ -172,8 +174,8 @@ C10dStore::C10dStore(const TcpRendezvous& where, bool serve, int rank, int world
                      Timeout timeout)
     : impl_(std::make_unique<Impl>()), where_(where), rank_(rank), timeout_(timeout) {
   const std::string at = detail::concat(where.master_addr, ":", where.master_port);
-  description_ = where.agent_store ? "torchrun's agent store at " + at
-                                   : "the store rank 0 serves at " + at;
+  description_ =
+      where.agent_store ? "torchrun's agent store at " + at : "the store rank 0 serves at " + at;
   if (serve && !is_address_of_this_host(where.master_addr)) {
     throw CommError(detail::concat(
         "rendezvous: rank ", rank, " serves the store, but MASTER_ADDR=", where.master_addr,
@@ -193,10 +195,9 @@ C10dStore::C10dStore(const TcpRendezvous& where, bool serve, int rank, int world
     const std::string error =
         wait_until_listening(where.master_addr, where.master_port, Clock::now() + timeout);
     if (!error.empty()) {
-      throw TimeoutError(detail::concat("rendezvous: rank ", rank,
-                                        " could not reach the store at MASTER_ADDR:MASTER_PORT = ",
-                                        at, " within ", timeout.count(), " ms (last error: ",
-                                        error, "); ", remedy));
+      throw TimeoutError(detail::concat(
+          "rendezvous: rank ", rank, " could not reach the store at MASTER_ADDR:MASTER_PORT = ", at,
+          " within ", timeout.count(), " ms (last error: ", error, "); ", remedy));
     }
   }
   c10d::TCPStoreOptions options;

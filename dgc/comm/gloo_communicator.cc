@@ -461,9 +461,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
   std::vector<std::string> hosts(world_size);
   try {
     if (rv.add) {
-      const int64_t claims = with_gloo_errors(
-          detail::concat("rendezvous through ", rv.description, ": rank ", rank, " cannot register"),
-          [&] { return rv.add(key("claim", rank), 1); });
+      const int64_t claims = with_gloo_errors(detail::concat("rendezvous through ", rv.description,
+                                                             ": rank ", rank, " cannot register"),
+                                              [&] { return rv.add(key("claim", rank), 1); });
       if (claims > 1) {
         throw MismatchError(detail::concat(
             "rendezvous through ", rv.description, ": two processes were started with RANK=", rank,
@@ -578,9 +578,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
   });
 
   // 4. Done: the rank serving the store waits until nobody reads it any more.
-  with_gloo_errors(
-      detail::concat("rendezvous through ", rv.description, ": rank ", rank, " cannot register"),
-      [&] { rv.store.set(key("done", rank), to_chars("1")); });
+  with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
+                                  " cannot register"),
+                   [&] { rv.store.set(key("done", rank), to_chars("1")); });
   if (rv.serving) wait_for_all(rv, "done", world_size, timeout, [](int, const std::string&) {});
   return std::make_unique<GlooCommunicator>(std::move(context), timeout, std::move(peer_by_address),
                                             std::move(hosts));

@@ -127,7 +127,8 @@ LaunchEnv detect_launch() {
     // The keys of one attempt of one run, as c10d's PrefixStore would join them.
     launch.tcp.key_prefix = "dgc";
     if (launch.torchrun_agent) {
-      launch.tcp.key_prefix += detail::concat("/", launch.run_id, "/attempt_", launch.restart_count);
+      launch.tcp.key_prefix +=
+          detail::concat("/", launch.run_id, "/attempt_", launch.restart_count);
     }
     if (const auto group = env_int("GROUP_RANK", 0, INT_MAX)) launch.group_rank = *group;
     const auto local_size = env_int("LOCAL_WORLD_SIZE", 1, INT_MAX);
@@ -173,7 +174,8 @@ std::string LaunchEnv::description() const {
   }
   const std::string at = detail::concat(tcp.master_addr, ":", tcp.master_port);
   std::string out = torchrun_agent ? "torchrun" : "MASTER_ADDR/MASTER_PORT";
-  out += tcp.agent_store ? " (agent store at " + at + ")" : " (rank 0 serves the store at " + at + ")";
+  out += tcp.agent_store ? " (agent store at " + at + ")"
+                         : " (rank 0 serves the store at " + at + ")";
   if (group_rank >= 0) out += detail::concat(", node ", group_rank);
   if (torchrun_agent && restart_count > 0) out += detail::concat(", restart ", restart_count);
   return out;

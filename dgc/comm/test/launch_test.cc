@@ -83,7 +83,8 @@ TEST(DetectLaunch, TorchrunVariables) {
   EXPECT_FALSE(launch.torchrun_agent);
   EXPECT_FALSE(launch.tcp.agent_store);
   EXPECT_EQ(launch.tcp.key_prefix, "dgc");
-  EXPECT_EQ(launch.description(), "MASTER_ADDR/MASTER_PORT (rank 0 serves the store at 10.0.0.1:29500)");
+  EXPECT_EQ(launch.description(),
+            "MASTER_ADDR/MASTER_PORT (rank 0 serves the store at 10.0.0.1:29500)");
 }
 
 // What torchrun's agent sets (local_elastic_agent.py, static rendezvous).
