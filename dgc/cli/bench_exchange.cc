@@ -19,8 +19,9 @@
 // sum / N (and that every position no rank selected is exactly zero); the dense allreduce result
 // is checked against the directly computed sum. Any mismatch fails the command after printing.
 //
-// Launch: N worker threads in this process over Gloo (default); one rank per process under
-// mpirun (MPI) or with torchrun variables (Gloo over TCP). Rank 0 prints.
+// Launch: through comm::connect(), as every dgc command: N worker threads in this process over
+// Gloo (default); one rank per process under mpirun (MPI, or Gloo with --rendezvous DIR), under
+// torchrun or with the four variables set by hand (Gloo over TCP). Rank 0 prints.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,8 +56,9 @@ namespace dgc::cli {
 namespace {
 
 struct BenchExchangeOptions {
-  // "gloo" or "mpi"; empty: mpi under mpirun, gloo otherwise.
-  std::string backend;
+  // "auto" (mpi under mpirun, gloo otherwise), "gloo" or "mpi".
+  std::string backend = "auto";
+  std::string rendezvous;  // Gloo under a launcher: shared directory instead of the TCP store
   // Worker threads in local mode. In multi-process mode the world size comes from the launcher
   // (0 here: take it; otherwise it must match).
   int workers = 0;
@@ -79,7 +81,6 @@ struct BenchExchangeOptions {
   bool breakdown = false;          // also time the parts of an exchange iteration separately
 };
 
-constexpr int kDefaultLocalWorkers = 4;
 
 // splitmix64's finalizer: a bijective 64-bit mix.
 uint64_t mix64(uint64_t x) {
@@ -642,66 +643,36 @@ void validate(const BenchExchangeOptions& o) {
 
 void run_bench_exchange(const BenchExchangeOptions& o) {
   validate(o);
+  // How to connect: the same rules and messages as every dgc command (comm::connect).
   const comm::LaunchEnv env = comm::detect_launch();
-  comm::GlooOptions gloo;
-  gloo.hostname = o.hostname;
-  gloo.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+  comm::ConnectOptions connect_options;
+  if (o.backend != "auto") connect_options.backend = comm::parse_backend(o.backend);
+  connect_options.workers = o.workers;
+  connect_options.rendezvous = o.rendezvous;
+  connect_options.gloo.hostname = o.hostname;
+  connect_options.gloo.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+  auto connection = comm::connect(env, connect_options);
+  const std::string launch = env.kind == comm::LaunchEnv::Kind::kLocal ? "local"
+                             : env.kind == comm::LaunchEnv::Kind::kMpi ? "mpi"
+                                                                       : "torchrun";
 
-  std::optional<comm::Backend> backend;
-  if (!o.backend.empty()) backend = comm::parse_backend(o.backend);
-
-  if (env.kind == comm::LaunchEnv::Kind::kLocal) {
-    if (backend == comm::Backend::kMpi) {
-      throw InvalidArgument(
-          "--backend mpi needs one process per rank: run under `mpirun -np N dgc bench exchange "
-          "--backend mpi`");
+  std::optional<Result> result;
+  std::mutex mutex;
+  comm::run_ranks(connection, [&](comm::Communicator& comm) {
+    Result r = run_rank(comm, o, launch);
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      result = std::move(r);
+    } else if (connection.ranks.size() == 1 && (!r.verified || !r.dense_verified)) {
+      // A process of its own: say so here (rank 0 prints the result and says it too).
+      throw Error("bench exchange: verification failed on rank " + std::to_string(comm.rank()) +
+                  " (" + std::to_string(r.mismatches) + " mismatched elements over all ranks)");
     }
-    const int workers = o.workers > 0 ? o.workers : kDefaultLocalWorkers;
-    std::optional<Result> result;
-    std::mutex mutex;
-    comm::run_local(workers, gloo, [&](comm::Communicator& comm) {
-      Result r = run_rank(comm, o, "local");
-      if (comm.rank() == 0) {
-        std::lock_guard<std::mutex> lock(mutex);
-        result = std::move(r);
-      }
-    });
-    DGC_CHECK(result.has_value(), "rank 0 produced no result");
-    print_result(*result, o);
-    if (!result->verified || !result->dense_verified) {
-      throw Error("bench exchange: verification failed (" + std::to_string(result->mismatches) +
-                  " mismatched elements over all ranks)");
-    }
-    return;
-  }
-
-  std::unique_ptr<comm::Communicator> comm;
-  std::string launch;
-  if (env.kind == comm::LaunchEnv::Kind::kMpi) {
-    if (backend == comm::Backend::kGloo) {
-      throw InvalidArgument(
-          "under mpirun this benchmark uses MPI; for Gloo with one process per rank set "
-          "MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (torchrun style) instead");
-    }
-    comm = comm::connect_mpi(gloo.timeout);
-    launch = "mpi";
-  } else {
-    if (backend == comm::Backend::kMpi) {
-      throw InvalidArgument(
-          "--backend mpi given but the torchrun variables are set; run under mpirun instead");
-    }
-    comm = comm::connect_gloo_tcp(env.master_addr, env.master_port, env.rank, env.world_size, gloo);
-    launch = "torchrun";
-  }
-  if (o.workers > 0 && o.workers != comm->size()) {
-    throw InvalidArgument("--workers " + std::to_string(o.workers) +
-                          " does not match the launcher's world size " +
-                          std::to_string(comm->size()));
-  }
-  const Result result = run_rank(*comm, o, launch);
-  if (comm->rank() == 0) print_result(result, o);
-  if (!result.verified || !result.dense_verified) {
-    throw Error("bench exchange: verification failed (" + std::to_string(result.mismatches) +
+  });
+  if (!result) return;  // not rank 0: nothing to print
+  print_result(*result, o);
+  if (!result->verified || !result->dense_verified) {
+    throw Error("bench exchange: verification failed (" + std::to_string(result->mismatches) +
                 " mismatched elements over all ranks)");
   }
 }
@@ -715,8 +686,12 @@ void add_bench_exchange(CLI::App& bench) {
       "DGC exchange vs dense allreduce of the same gradient, same run (local threads, mpirun or "
       "torchrun variables)");
   cmd->add_option("--backend", options->backend,
-                  "gloo | mpi (default: mpi under mpirun, gloo otherwise)")
-      ->check(CLI::IsMember({"gloo", "mpi"}));
+                  "auto (mpi under mpirun, gloo otherwise), gloo or mpi")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
+      ->capture_default_str();
+  cmd->add_option("--rendezvous", options->rendezvous,
+                  "Shared directory where Gloo ranks meet (one process per rank: under mpirun "
+                  "with --backend gloo, or under torchrun instead of the TCP store)");
   cmd->add_option("--workers", options->workers,
                   "Ranks as threads in this process (default 4); under a launcher: must equal "
                   "the world size if given");

@@ -32,7 +32,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -310,28 +309,13 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
 void run_bench_step(const BenchStepOptions& o) {
   validate(o);
   const comm::LaunchEnv env = comm::detect_launch();
-  comm::GlooOptions gloo;
-  gloo.hostname = o.hostname;
-  gloo.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (env.kind == comm::LaunchEnv::Kind::kLocal) {
-    const int workers = o.workers > 0 ? o.workers : 4;
-    comm::run_local(workers, gloo, [&](comm::Communicator& comm) {
-      run_models(comm, o, std::max(1, cores / workers));
-    });
-    return;
-  }
-  std::unique_ptr<comm::Communicator> comm =
-      env.kind == comm::LaunchEnv::Kind::kMpi
-          ? comm::connect_mpi(gloo.timeout)
-          : comm::connect_gloo_tcp(env.master_addr, env.master_port, env.rank, env.world_size,
-                                   gloo);
-  if (o.workers > 0 && o.workers != comm->size()) {
-    throw InvalidArgument(detail::concat("--workers ", o.workers,
-                                         " does not match the launcher's world size ", comm->size(),
-                                         "; drop --workers"));
-  }
-  run_models(*comm, o, 1);
+  comm::ConnectOptions connect;
+  connect.workers = o.workers;
+  connect.gloo.hostname = o.hostname;
+  connect.gloo.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+  comm::Connection connection = comm::connect(env, connect);
+  const int threads = comm::threads_per_worker(env, o.workers);
+  comm::run_ranks(connection, [&](comm::Communicator& comm) { run_models(comm, o, threads); });
 }
 
 }  // namespace
@@ -343,7 +327,8 @@ void add_bench_step(CLI::App& bench) {
       "Complete SGD steps (compression, exchange, decode, update) of ResNet-50, AlexNet, VGG-16 "
       "and the paper's PTB LSTM over their real tensor shapes, dense and DGC in the same run; "
       "forward/backward replaced by a stated compute time");
-  cmd->add_option("--model", o->models, "resnet50, alexnet, vgg16, lstm-ptb, cnn (repeat the flag, or 'all')")
+  cmd->add_option("--model", o->models,
+                  "resnet50, alexnet, vgg16, lstm-ptb, cnn (repeat the flag, or 'all')")
       ->capture_default_str()
       ->allow_extra_args(false)
       ->each([o](const std::string& m) {

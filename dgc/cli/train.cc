@@ -1,7 +1,8 @@
 // dgc train: data-parallel training of an image classifier on Fashion-MNIST, with DGC or dense.
 //
-// Launch: N local worker threads (default), `mpirun -np N dgc train` (MPI, or Gloo with
-// --rendezvous DIR), or torchrun-style variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+// Launch: through comm::connect(), as every dgc command: N local worker threads (default),
+// `mpirun -np N dgc train` (MPI, or Gloo with --rendezvous DIR), torchrun, or the four variables
+// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by any other launcher.
 // Flags map one to one onto dgc::train::TrainOptions / OptimizerOptions; defaults are theirs.
 #include <unistd.h>
 
@@ -59,30 +60,6 @@ double ratio(uint64_t dense, uint64_t message) {
   return message > 0 ? static_cast<double>(dense) / static_cast<double>(message) : 0.0;
 }
 
-// Workers sharing this host's cores: all of them for local threads, else what the launcher says.
-int local_workers(const comm::LaunchEnv& env, int workers) {
-  if (env.kind == comm::LaunchEnv::Kind::kLocal) return workers;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"}) {
-    if (const char* value = std::getenv(name)) {
-      const int n = std::atoi(value);
-      if (n > 0) return n;
-    }
-  }
-  return 1;
-}
-
-const char* launch_name(comm::LaunchEnv::Kind kind) {
-  switch (kind) {
-    case comm::LaunchEnv::Kind::kMpi:
-      return "mpirun";
-    case comm::LaunchEnv::Kind::kTorchrun:
-      return "torchrun-style";
-    case comm::LaunchEnv::Kind::kLocal:
-      break;
-  }
-  return "local threads";
-}
-
 nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compression, int workers) {
   return {{"epoch", m.epoch},
           {"train_loss", m.train_loss},
@@ -114,20 +91,17 @@ void run(const TrainCommand& cmd, bool workers_given) {
     throw InvalidArgument("--resume needs --checkpoint PATH (the prefix the run wrote)");
   }
 
+  // How to connect: the same rules and messages as every dgc command (comm::connect).
   const comm::LaunchEnv env = comm::detect_launch();
-  int workers = cmd.workers;
-  if (env.kind != comm::LaunchEnv::Kind::kLocal) {
-    if (workers_given && cmd.workers != env.world_size) {
-      throw InvalidArgument(detail::concat("--workers ", cmd.workers, " but the launcher started ",
-                                           env.world_size, " processes; drop --workers"));
-    }
-    workers = env.world_size;
-  }
-  DGC_CHECK_GE(workers, 1, "--workers");
-  if (options.threads == 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    options.threads = std::max(1, cores / local_workers(env, workers));
-  }
+  comm::ConnectOptions connect_options;
+  if (cmd.backend != "auto") connect_options.backend = comm::parse_backend(cmd.backend);
+  const bool local = env.kind == comm::LaunchEnv::Kind::kLocal;
+  connect_options.workers = local || workers_given ? cmd.workers : 0;
+  connect_options.rendezvous = cmd.rendezvous;
+  connect_options.gloo.timeout = opt.timeout;
+  comm::check_launch(env, connect_options);
+  const int workers = local ? cmd.workers : env.world_size;
+  if (options.threads == 0) options.threads = comm::threads_per_worker(env, cmd.workers);
 
   const auto train_set = train::load_fashion_mnist(cmd.data, train::Split::kTrain);
   const auto test_set = train::load_fashion_mnist(cmd.data, train::Split::kTest);
@@ -152,12 +126,13 @@ void run(const TrainCommand& cmd, bool workers_given) {
         std::printf(
             "dgc train: %s, %lld parameters (%lld in %lld compressed tensors, %lld dense "
             "tensors)\n"
-            "  %d workers (%s, %s), batch %lld per worker, %lld iterations per epoch, %d epochs\n",
+            "  %d workers (%s, %s, %d libtorch threads each), batch %lld per worker, %lld "
+            "iterations per epoch, %d epochs\n",
             options.model.c_str(), static_cast<long long>(info.parameters),
             static_cast<long long>(info.compressed_parameters),
             static_cast<long long>(info.compressed_tensors),
-            static_cast<long long>(info.dense_tensors), info.world_size, launch_name(env.kind),
-            comm.backend().c_str(), static_cast<long long>(options.batch_size),
+            static_cast<long long>(info.dense_tensors), info.world_size, env.description().c_str(),
+            comm.backend().c_str(), options.threads, static_cast<long long>(options.batch_size),
             static_cast<long long>(info.iterations_per_epoch), options.epochs);
         if (opt.compression == train::Compression::kDgc) {
           const int64_t stage = info.warmup_stage_iterations > 0 ? info.warmup_stage_iterations
@@ -234,40 +209,8 @@ void run(const TrainCommand& cmd, bool workers_given) {
     }
   };
 
-  comm::GlooOptions gloo;
-  gloo.timeout = opt.timeout;
-  switch (env.kind) {
-    case comm::LaunchEnv::Kind::kLocal: {
-      if (cmd.backend == "mpi") {
-        throw InvalidArgument("--backend mpi needs mpirun: mpirun -np N dgc train ...");
-      }
-      comm::run_local(workers, gloo, run_rank);
-      break;
-    }
-    case comm::LaunchEnv::Kind::kMpi: {
-      std::unique_ptr<comm::Communicator> comm;
-      if (cmd.backend == "gloo") {
-        if (cmd.rendezvous.empty()) {
-          throw InvalidArgument(
-              "--backend gloo under mpirun needs --rendezvous DIR (a directory all ranks see)");
-        }
-        comm = comm::connect_gloo_file(cmd.rendezvous, env.rank, env.world_size, gloo);
-      } else {
-        comm = comm::connect_mpi(opt.timeout);
-      }
-      run_rank(*comm);
-      break;
-    }
-    case comm::LaunchEnv::Kind::kTorchrun: {
-      if (cmd.backend == "mpi") {
-        throw InvalidArgument("--backend mpi needs mpirun, not torchrun-style variables");
-      }
-      auto comm =
-          comm::connect_gloo_tcp(env.master_addr, env.master_port, env.rank, env.world_size, gloo);
-      run_rank(*comm);
-      break;
-    }
-  }
+  auto connection = comm::connect(env, connect_options);
+  comm::run_ranks(connection, run_rank);
 }
 
 }  // namespace
@@ -291,15 +234,16 @@ void add_train(CLI::App& app) {
                   "(Debian package dataset-fashion-mnist)")
       ->capture_default_str();
   sub->add_option("--workers", cmd->workers,
-                  "Local worker threads (ignored under mpirun/torchrun, where each process is one "
-                  "worker)")
+                  "Local worker threads (under mpirun/torchrun each process is one worker; if "
+                  "given there, it must equal the world size)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   sub->add_option("--backend", cmd->backend, "auto (mpi under mpirun, gloo otherwise), gloo or mpi")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
       ->capture_default_str();
   sub->add_option("--rendezvous", cmd->rendezvous,
-                  "Shared directory where Gloo ranks meet under mpirun with --backend gloo");
+                  "Shared directory where Gloo ranks meet (one process per rank: under mpirun with "
+                  "--backend gloo, or under torchrun instead of the TCP store)");
   sub->add_option("--timeout", cmd->timeout_seconds, "Timeout of every collective, seconds")
       ->capture_default_str();
   sub->add_option("--compression", cmd->compression, "dgc, or none for the dense baseline")
@@ -394,7 +338,8 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "bar", "lines"}))
       ->capture_default_str();
   sub->add_option("--threads", o.threads,
-                  "libtorch threads per worker (0: cores / workers on this host)")
+                  "libtorch threads per worker (0: OMP_NUM_THREADS if set, else cores / workers on "
+                  "this host, from LOCAL_WORLD_SIZE under torchrun)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 

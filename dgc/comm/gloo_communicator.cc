@@ -2,15 +2,22 @@
 // Gloo's TCP transport and its collectives (ring allgatherv, ring allreduce, tree broadcast).
 //
 // Rendezvous, on every rank, all through the store:
+//   0. claim: with a store that counts (c10d's add), add 1 to "dgc.claim.<rank>"; a count over 1
+//             means two processes were given the same rank;
 //   1. join:  set "dgc.join.<rank>" = world size, host, pid; wait until every rank has joined
 //             and check that all agree on the world size (a rank missing at the deadline, or a
-//             different world size, is named in the error);
+//             different world size, is named in the error). A rank that finds a mismatch (or a
+//             claimed rank) publishes it as "dgc.abort" and every rank waiting to join throws the
+//             same MismatchError; a rank that serves the store keeps serving until every other
+//             rank has acknowledged it ("dgc.abort_seen.<rank>") or the timeout passes;
 //   2. connect: gloo::rendezvous::Context::connectFullMesh over a "gloo" prefix of the store;
 //   3. ready: set "dgc.ready.<rank>" = this rank's local address for each peer connection, wait
 //             for every rank's. Gloo's errors name a peer by the remote address of a socket;
 //             that address is mapped to the rank from the peers' ready keys, this process's own
 //             sockets (/proc/self/fd) and Gloo's published pair addresses, so errors name ranks.
-// After step 3 nobody reads the store again; the TCP store is closed there.
+//   4. done:  set "dgc.done.<rank>"; the rank that serves the store (rank 0 without torchrun's
+//             agent) waits for every rank's before it stops serving.
+// After step 4 nobody reads the store again; the TCP store is closed there.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -39,7 +46,11 @@
 #include <thread>
 
 #include "dgc/comm/launch.h"
+#if DGC_WITH_TORCH
+#include "dgc/comm/c10d_store.h"
+#else
 #include "dgc/comm/tcp_store.h"
+#endif
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
 
@@ -104,7 +115,13 @@ struct Rendezvous {
   gloo::rendezvous::Store& store;
   std::function<bool(const std::string&)> has;
   std::string description;
+  // Atomic add (returns the new value), where the store has one; empty otherwise.
+  std::function<int64_t(const std::string&, int64_t)> add = {};
+  // This process serves the store: it must outlive every other rank's use of it.
+  bool serving = false;
 };
+
+constexpr const char* kAbortKey = "dgc.abort";
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream out;
@@ -142,13 +159,23 @@ std::map<std::string, std::string> tcp_sockets() noexcept try {
 
 // Waits until every rank's `what` key is present; calls on_value(rank, value) once per rank as
 // soon as its key appears. Throws TimeoutError naming the missing ranks at the deadline.
+// With `abortable`, a published "dgc.abort" ends the wait with its MismatchError.
 void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeout timeout,
-                  const std::function<void(int, const std::string&)>& on_value) {
+                  const std::function<void(int, const std::string&)>& on_value,
+                  bool abortable = false) {
   const auto deadline = Clock::now() + timeout;
   std::vector<bool> seen(world_size, false);
   int missing = world_size;
   auto pause = milliseconds(1);
   for (;;) {
+    if (abortable) {
+      std::optional<std::string> abort;
+      with_gloo_errors(detail::concat("rendezvous through ", rv.description),
+                       [&] {
+                         if (rv.has(kAbortKey)) abort = from_chars(rv.store.get(kAbortKey));
+                       });
+      if (abort) throw MismatchError(*abort);
+    }
     for (int r = 0; r < world_size; ++r) {
       if (seen[r]) continue;
       std::optional<std::string> value;
@@ -170,7 +197,10 @@ void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeou
       }
       throw TimeoutError(detail::concat(
           "rendezvous through ", rv.description, ": rank(s) ", rank_list(absent), " of ",
-          world_size, " did not ", std::strcmp(what, "join") == 0 ? "join" : "finish connecting",
+          world_size, " did not ",
+          std::strcmp(what, "join") == 0    ? "join"
+          : std::strcmp(what, "done") == 0 ? "finish rendezvous"
+                                            : "finish connecting",
           " within ", timeout.count(), " ms; are all ", world_size,
           " processes running, with the same world size and rendezvous settings?"));
     }
@@ -426,30 +456,70 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
   DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   DGC_CHECK(timeout.count() > 0, "timeout must be positive");
 
-  // 1. Join.
+  // 0-1. Claim and join; a mismatch found by any rank stops every rank (see the top).
   const std::string host = this_host();
-  with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
-                                  " cannot register; the store already holds this rank's key "
-                                  "(from an earlier run?): give every run a fresh, empty "
-                                  "rendezvous directory"),
-                   [&] {
-                     rv.store.set(key("join", rank), to_chars(detail::concat(
-                                                         "world_size=", world_size, "\nhost=", host,
-                                                         "\npid=", getpid(), "\n")));
-                   });
   std::vector<std::string> hosts(world_size);
-  wait_for_all(rv, "join", world_size, timeout, [&](int r, const std::string& value) {
-    auto fields = parse_fields(value);
-    const std::string theirs = fields["world_size"];
-    if (theirs != std::to_string(world_size)) {
-      throw MismatchError(
-          detail::concat("world size mismatch at rendezvous through ", rv.description, ": rank ",
-                         rank, " was started with world size ", world_size, " but rank ", r,
-                         " (host ", fields["host"], ", pid ", fields["pid"], ") with ", theirs,
-                         "; start every process with the same world size"));
+  try {
+    if (rv.add) {
+      const int64_t claims = with_gloo_errors(detail::concat("rendezvous through ", rv.description,
+                                                             ": rank ", rank, " cannot register"),
+                                              [&] { return rv.add(key("claim", rank), 1); });
+      if (claims > 1) {
+        throw MismatchError(detail::concat(
+            "rendezvous through ", rv.description, ": two processes were started with RANK=", rank,
+            " (one is host ", host, " pid ", getpid(),
+            "); give every process its own RANK, or another MASTER_PORT to a second run"));
+      }
     }
-    hosts[r] = detail::concat("host ", fields["host"], " pid ", fields["pid"]);
-  });
+    with_gloo_errors(
+        detail::concat("rendezvous through ", rv.description, ": rank ", rank,
+                       " cannot register; the store already holds this rank's key (from an "
+                       "earlier run?): give every run a fresh, empty rendezvous directory"),
+        [&] {
+          rv.store.set(key("join", rank), to_chars(detail::concat("world_size=", world_size,
+                                                                  "\nhost=", host,
+                                                                  "\npid=", getpid(), "\n")));
+        });
+    wait_for_all(
+        rv, "join", world_size, timeout,
+        [&](int r, const std::string& value) {
+          auto fields = parse_fields(value);
+          const std::string theirs = fields["world_size"];
+          if (theirs != std::to_string(world_size)) {
+            // Named in rank order, so that every rank that finds it says the same.
+            const std::string me = detail::concat("rank ", rank, " (host ", host, ", pid ",
+                                                  getpid(), ") with WORLD_SIZE=", world_size);
+            const std::string them = detail::concat("rank ", r, " (host ", fields["host"], ", pid ",
+                                                    fields["pid"], ") with WORLD_SIZE=", theirs);
+            throw MismatchError(detail::concat(
+                "world size mismatch at rendezvous through ", rv.description, ": ",
+                r < rank ? them : me, " but ", r < rank ? me : them,
+                "; start every process with the same world size"));
+          }
+          hosts[r] = detail::concat("host ", fields["host"], " pid ", fields["pid"]);
+        },
+        /*abortable=*/true);
+  } catch (const MismatchError& e) {
+    // Tell everyone (the first message wins), acknowledge, and if this process serves the
+    // store, keep serving until every other rank has seen it. Best effort: the store may be gone.
+    try {
+      if (!rv.has(kAbortKey)) rv.store.set(kAbortKey, to_chars(e.what()));
+      rv.store.set(key("abort_seen", rank), to_chars("1"));
+      if (rv.serving) {
+        const auto deadline = Clock::now() + timeout;
+        for (int r = 0; r < world_size && Clock::now() < deadline;) {
+          if (r == rank || rv.has(key("abort_seen", r))) {
+            ++r;
+          } else {
+            std::this_thread::sleep_for(milliseconds(10));
+          }
+        }
+      }
+    } catch (...) {
+      // The message is thrown below either way.
+    }
+    throw;
+  }
 
   // 2. Connect.
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
@@ -506,6 +576,12 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
     auto it = fields.find(std::to_string(rank));
     if (it != fields.end()) peer_by_address[it->second] = r;
   });
+
+  // 4. Done: the rank serving the store waits until nobody reads it any more.
+  with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
+                                  " cannot register"),
+                   [&] { rv.store.set(key("done", rank), to_chars("1")); });
+  if (rv.serving) wait_for_all(rv, "done", world_size, timeout, [](int, const std::string&) {});
   return std::make_unique<GlooCommunicator>(std::move(context), timeout, std::move(peer_by_address),
                                             std::move(hosts));
 }
@@ -516,21 +592,21 @@ std::string resolve_hostname(const GlooOptions& options) {
 
 }  // namespace
 
-void run_local(int world_size, const GlooOptions& options,
-               const std::function<void(Communicator&)>& fn) {
+std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
+                                                                      const GlooOptions& options) {
   DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
   LocalStore store;
   Rendezvous rv{store, [&store](const std::string& k) { return store.has(k); },
                 "the in-process store"};
   const std::string hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
+  std::vector<std::unique_ptr<Communicator>> comms(world_size);
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
   threads.reserve(world_size);
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = connect_gloo(rv, r, world_size, hostname, options.timeout);
-        fn(*comm);
+        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -540,6 +616,7 @@ void run_local(int world_size, const GlooOptions& options,
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
+  return comms;
 }
 
 std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, int rank,
@@ -559,13 +636,40 @@ std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, in
   return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout);
 }
 
-std::unique_ptr<Communicator> connect_gloo_tcp(const std::string& master_addr, int master_port,
-                                               int rank, int world_size,
-                                               const GlooOptions& options) {
-  DGC_CHECK(!master_addr.empty(), "MASTER_ADDR must not be empty");
-  TcpStore store(master_addr, master_port, rank, world_size, options.timeout);
+#if DGC_WITH_TORCH
+bool have_c10d_store() { return true; }
+
+std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
+                                               int world_size, const GlooOptions& options) {
+  DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
+  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
+  const bool serve = !where.agent_store && rank == 0;
+  C10dStore store(where, serve, rank, world_size, options.timeout);
   Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
-                detail::concat("the TCP store at ", master_addr, ":", master_port)};
+                store.description(),
+                [&store](const std::string& k, int64_t delta) { return store.add(k, delta); },
+                serve};
+  const std::string hostname = !options.hostname.empty()        ? options.hostname
+                               : !store.local_address().empty() ? store.local_address()
+                                                                : this_host();
+  return connect_gloo(rv, rank, world_size, hostname, options.timeout);
+}
+#else
+bool have_c10d_store() { return false; }
+
+std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
+                                               int world_size, const GlooOptions& options) {
+  DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
+  if (where.agent_store) {
+    throw CommError(
+        "this build of dgc has no libtorch (configured with DGC_WITH_TORCH=OFF), so it cannot "
+        "join the store of torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True): use a build "
+        "with libtorch, or start the ranks with the four variables and no agent (rank 0 serves)");
+  }
+  TcpStore store(where.master_addr, where.master_port, rank, world_size, options.timeout);
+  Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
+                detail::concat("the TCP store at ", where.master_addr, ":", where.master_port)};
   const std::string hostname = !options.hostname.empty()        ? options.hostname
                                : !store.local_address().empty() ? store.local_address()
                                                                 : this_host();
@@ -579,5 +683,6 @@ std::unique_ptr<Communicator> connect_gloo_tcp(const std::string& master_addr, i
   store.close(options.timeout);
   return comm;
 }
+#endif
 
 }  // namespace dgc::comm

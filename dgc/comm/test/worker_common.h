@@ -2,8 +2,9 @@
 // worker connects, and how it reports an error through its exit code.
 //
 //   worker ... [--file DIR --rank R --world N] [--timeout-ms T]
-// With --file: Gloo through a shared directory. Otherwise from the environment
-// (detect_launch()): torchrun variables -> Gloo over the TCP store; Open MPI's -> MPI.
+// With --file: Gloo through a shared directory. Otherwise from the environment, through
+// comm::connect() as the dgc commands do: torchrun variables -> Gloo over the TCP store; Open
+// MPI's -> MPI.
 #pragma once
 
 #include <chrono>
@@ -41,7 +42,13 @@ inline const std::vector<std::string> kNoLaunchVars = {"RANK",
                                                        "OMPI_COMM_WORLD_RANK",
                                                        "OMPI_COMM_WORLD_SIZE",
                                                        "PMI_RANK",
-                                                       "PMI_SIZE"};
+                                                       "PMI_SIZE",
+                                                       "LOCAL_RANK",
+                                                       "LOCAL_WORLD_SIZE",
+                                                       "GROUP_RANK",
+                                                       "TORCHELASTIC_RUN_ID",
+                                                       "TORCHELASTIC_RESTART_COUNT",
+                                                       "TORCHELASTIC_USE_AGENT_STORE"};
 
 inline std::map<std::string, std::string> parse_args(int argc, char** argv, int first) {
   std::map<std::string, std::string> args;
@@ -62,16 +69,13 @@ inline std::unique_ptr<comm::Communicator> connect_worker(
                                    std::stoi(get("--world", "1")), options);
   }
   const auto launch = comm::detect_launch();
-  switch (launch.kind) {
-    case comm::LaunchEnv::Kind::kTorchrun:
-      return comm::connect_gloo_tcp(launch.master_addr, launch.master_port, launch.rank,
-                                    launch.world_size, options);
-    case comm::LaunchEnv::Kind::kMpi:
-      return comm::connect_mpi(options.timeout);
-    case comm::LaunchEnv::Kind::kLocal:
-      break;
+  if (launch.kind == comm::LaunchEnv::Kind::kLocal) {
+    throw InvalidArgument("worker: no --file and no torchrun/MPI launch variables");
   }
-  throw InvalidArgument("worker: no --file and no torchrun/MPI launch variables");
+  comm::ConnectOptions connect_options;
+  connect_options.gloo = options;
+  auto connection = comm::connect(launch, connect_options);
+  return std::move(connection.ranks.at(0));
 }
 
 // Runs body(); maps the exception, if any, to an exit code and prints it as
