@@ -31,7 +31,8 @@ const char* to_string(ExchangeAlgorithm algorithm);
 //   numel       elements of all compressed tensors together.
 // With k = ceil(d * numel) and kBytesPerElement the measured size of one selected element
 // (varint index gap + fp32 value), allgather and direct make every rank receive about
-// k(N-1) elements, sparse-allreduce about 2k(N-1)/N in four rounds instead of two:
+// k(N-1) elements (allgather in 2(N-1) rounds, direct in 2), sparse-allreduce about 2k(N-1)/N
+// in four rounds:
 //   N == 1                                               -> allgather (nothing travels);
 //   N >= kSparseMinWorld and
 //     k(N-1) * kBytesPerElement >= kSparseMinBytes       -> sparse-allreduce (at N = 8 it

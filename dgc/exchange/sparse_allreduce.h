@@ -1,6 +1,6 @@
 // The pieces of the sparse allreduce (ExchangeAlgorithm::kSparseAllreduce) that need no
 // communication: region bounds, the owner's reduction and its re-selection. Exchange::run
-// composes them with Communicator::alltoallv and allgatherv. Pure functions, thread-safe.
+// composes them with two Communicator::alltoallv calls. Pure functions, thread-safe.
 //
 // The algorithm is Ok-Topk's split-and-reduce (Li & Hoefler, PPoPP'22), with DGC's semantics:
 //   1. the global index space (the compressed tensors concatenated in layout order) is split
@@ -10,8 +10,9 @@
 //   3. owner p sums what it received (colliding indices add) and keeps the quota(c_p, N) entries
 //      of largest |sum|, c_p = the number of contributions it received: over all regions about
 //      the mean selection count k, a global top-k when the regions are balanced;
-//   4. the kept sums are allgathered (allgatherv) and every rank adds all N messages / N into
-//      its update: every rank ends with the same update;
+//   4. every owner sends its kept sums to every rank (alltoallv with the same message: an
+//      allgather in one round) and every rank adds all N messages / N into its update: every
+//      rank ends with the same update;
 //   5. every rank hands back (Exchange::run's `unapplied`) the (index, value) pairs it selected
 //      at indices no owner kept; the optimizer adds them to its residual (velocity), so nothing
 //      selected is lost: selected = applied + returned, per rank;

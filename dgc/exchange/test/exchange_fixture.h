@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "dgc/core/selection.h"
 #include "dgc/exchange/exchange.h"
+#include "dgc/exchange/reference.h"
 
 namespace dgc::test {
 
@@ -180,6 +182,64 @@ inline double max_error(const Expected& e, const std::vector<std::vector<float>>
     worst = std::max(worst, std::abs(dense[j] - e.dense[j]));
   }
   return worst;
+}
+
+// Every rank's `unapplied`, gathered through the communicator (u32 count, then u32 indices and
+// float values, per compressed tensor).
+inline std::vector<std::vector<Selection>> gather_unapplied(comm::Communicator& comm,
+                                                     const std::vector<Selection>& mine) {
+  std::vector<uint8_t> bytes;
+  auto put = [&](const void* p, size_t size) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + size);
+  };
+  for (const auto& s : mine) {
+    const auto count = static_cast<uint32_t>(s.indices.size());
+    put(&count, 4);
+    put(s.indices.data(), 4 * s.indices.size());
+    put(s.values.data(), 4 * s.values.size());
+  }
+  std::vector<std::vector<Selection>> all;
+  for (const auto& m : comm.allgatherv(bytes, comm.default_timeout())) {
+    std::vector<Selection> theirs(mine.size());
+    size_t at = 0;
+    for (auto& s : theirs) {
+      uint32_t count = 0;
+      std::memcpy(&count, m.data() + at, 4);
+      at += 4;
+      s.indices.resize(count);
+      s.values.resize(count);
+      std::memcpy(s.indices.data(), m.data() + at, 4 * count);
+      at += 4 * count;
+      std::memcpy(s.values.data(), m.data() + at, 4 * count);
+      at += 4 * count;
+    }
+    all.push_back(std::move(theirs));
+  }
+  return all;
+}
+
+// The reference check of every compressed tensor of this rank's updates at `iteration`
+// (reference.h), with every rank's `unapplied` gathered through `comm` (collective). Returns the
+// number of problems; `first` gets the first one.
+inline int64_t check_against_reference(comm::Communicator& comm,
+                                       const std::vector<TensorSpec>& layout, uint64_t iteration,
+                                       Pattern pattern, const std::vector<Selection>& unapplied,
+                                       const std::vector<std::vector<float>>& updates,
+                                       ValueType type, std::string& first) {
+  const auto all_unapplied = gather_unapplied(comm, unapplied);
+  int64_t problems = 0;
+  for (size_t c = 0; c < updates.size(); ++c) {
+    std::vector<Selection> selected, back;
+    for (int r = 0; r < comm.size(); ++r) {
+      selected.push_back(rank_inputs(layout, r, iteration, pattern).selections[c]);
+      back.push_back(all_unapplied[r][c]);
+    }
+    const ReferenceCheck check = check_update(selected, back, updates[c], type);
+    problems += check.mismatches;
+    if (first.empty()) first = check.first;
+  }
+  return problems;
 }
 
 // Spans over a vector of buffers, as Exchange::run takes them.

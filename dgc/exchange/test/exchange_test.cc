@@ -102,41 +102,6 @@ ExchangeOptions options_for(const Case& c) {
   return options;
 }
 
-// Every rank's `unapplied`, gathered through the communicator (u32 count, then u32 indices and
-// float values, per compressed tensor).
-std::vector<std::vector<Selection>> gather_unapplied(comm::Communicator& comm,
-                                                     const std::vector<Selection>& mine) {
-  std::vector<uint8_t> bytes;
-  auto put = [&](const void* p, size_t size) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + size);
-  };
-  for (const auto& s : mine) {
-    const auto count = static_cast<uint32_t>(s.indices.size());
-    put(&count, 4);
-    put(s.indices.data(), 4 * s.indices.size());
-    put(s.values.data(), 4 * s.values.size());
-  }
-  std::vector<std::vector<Selection>> all;
-  for (const auto& m : comm.allgatherv(bytes, milliseconds(10000))) {
-    std::vector<Selection> theirs(mine.size());
-    size_t at = 0;
-    for (auto& s : theirs) {
-      uint32_t count = 0;
-      std::memcpy(&count, m.data() + at, 4);
-      at += 4;
-      s.indices.resize(count);
-      s.values.resize(count);
-      std::memcpy(s.indices.data(), m.data() + at, 4 * count);
-      at += 4 * count;
-      std::memcpy(s.values.data(), m.data() + at, 4 * count);
-      at += 4 * count;
-    }
-    all.push_back(std::move(theirs));
-  }
-  return all;
-}
-
 // Runs iteration `it` on this rank and checks the outputs against the reference (reference.h):
 // the update is the direct sum over ranks of what was applied / N, the unapplied hand-back is
 // consistent over ranks, and the dense part is the average. Returns this rank's unapplied.
@@ -150,7 +115,7 @@ std::vector<Selection> run_checked(comm::Communicator& comm, Exchange& exchange,
   const int flagged = exchange.run(it, in.selections, test::spans(updates), in.dense, true,
                                    unapplied);
   EXPECT_EQ(flagged, 0);
-  const auto all_unapplied = gather_unapplied(comm, unapplied);
+  const auto all_unapplied = test::gather_unapplied(comm, unapplied);
   const auto expected = test::expected_result(layout, n, it, pattern);
   for (size_t c = 0; c < updates.size(); ++c) {
     std::vector<Selection> selected, back;
