@@ -97,7 +97,7 @@ if [ -n "$exchanges" ]; then
       acc=$(last "dgc-$exchange")
       ratio=$(paste -d ' ' <(field epoch <"$out/dgc-$exchange.jsonl") \
         <(field bytes_sent <"$out/dgc-$exchange.jsonl") <(field dense_bytes <"$out/dgc-$exchange.jsonl") |
-        awk -v w="$warmup" '$1 > w { s += $2; d += $3 } END { printf "%.1fx", s > 0 ? d / s : 0 }')
+        awk -v w="$warmup" '$1 > w { s += $2; d += $3 } END { printf "%.1fx", (s > 0 ? d / s : 0) }')
       echo "| DGC, --exchange $exchange | ${acc}% | $(awk -v a="$acc" -v d="$dense_acc" 'BEGIN { printf "%+.2f", a - d }') | $ratio |"
     done
   } | tee "$out/exchanges.md"

@@ -16,7 +16,7 @@
 #   --dgc PATH     the dgc program (default build/bin/dgc)
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
-#   -- ...         options passed to every `dgc bench exchange`, e.g. --breakdown
+#   -- ...         options passed to every `dgc bench exchange`, e.g. --exchange direct
 #
 # Needs root (network namespaces, veth, tc) and iproute2 (`ip`, `tc`). When the ranks share fewer
 # cores than there are ranks, or other jobs run, their scheduling delays show up in the times;

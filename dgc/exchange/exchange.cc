@@ -474,6 +474,21 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
   timings_.collective += seconds_since(clock);
   int unused_flags = 0;
   validate_all(iteration, "reduced region message", unused_flags);
+  // Owner p may only send sums of region p: otherwise positions would be applied twice and the
+  // hand-back below would be wrong. Checked before anything is written.
+  for (int p = 0; p < n; ++p) {
+    const uint64_t lo = bounds_[p], hi = bounds_[p + 1];
+    for_each_element(validated_[p], [&](uint32_t tensor, uint64_t index, float) {
+      const uint64_t global = offsets_[tensor] + index;
+      if (global < lo || global >= hi) {
+        throw DecodeError(DecodeError::Reason::kOutOfRange,
+                          detail::concat("reduced region message from rank ", p, " (iteration ",
+                                         iteration, "): index ", global, " outside its region [",
+                                         lo, ", ", hi, "); the ranks disagree on the region "
+                                         "bounds"));
+      }
+    });
+  }
   timings_.validate += seconds_since(clock);
 }
 

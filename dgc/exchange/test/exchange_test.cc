@@ -715,7 +715,8 @@ class CorruptingCommunicator final : public comm::Communicator {
 TEST(Exchange, CorruptMessageIsADecodeErrorNamingTheSender) {
   constexpr int n = 3;
   const auto layout = model_layout();
-  for (const ExchangeAlgorithm a : {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect}) {
+  for (const ExchangeAlgorithm a : {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                                    ExchangeAlgorithm::kSparseAllreduce}) {
   std::vector<std::string> errors(n);
   comm::run_local(n, quick(), [&](comm::Communicator& real) {
     CorruptingCommunicator comm(real, 2);
@@ -726,7 +727,8 @@ TEST(Exchange, CorruptMessageIsADecodeErrorNamingTheSender) {
     auto in = rank_inputs(layout, comm.rank(), 0);
     comm.armed = true;
     try {
-      exchange.run(0, in.selections, test::spans(updates), in.dense);
+      std::vector<Selection> unapplied(in.selections.size());
+      exchange.run(0, in.selections, test::spans(updates), in.dense, true, unapplied);
     } catch (const DecodeError& e) {
       errors[comm.rank()] = e.what();
     }
@@ -766,6 +768,69 @@ TEST(Exchange, CorruptMessageWithoutDenseTensorsWritesNothing) {
       EXPECT_NE(errors[r].find("message from rank 2 of 3"), std::string::npos) << errors[r];
       EXPECT_NE(errors[r].find("checksum"), std::string::npos) << errors[r];
     }
+  }
+}
+
+// A well-formed message from an owner with sums outside its region (a peer that disagrees on
+// the bounds) is an error on every rank before anything is written.
+class ForgingCommunicator final : public comm::Communicator {
+ public:
+  explicit ForgingCommunicator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
+                                               comm::Timeout timeout) override {
+    return inner_.allgatherv(message, timeout);
+  }
+  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
+                                              comm::Timeout timeout) override {
+    auto all = inner_.alltoallv(messages, timeout);
+    if (++calls_ % 2 == 0) {  // the second phase: rank 2's kept sums claim index 0 (region 0)
+      MessageWriter writer(ValueType::kFloat32, 0);
+      writer.add(0, 1152, std::vector<uint32_t>{0}, std::vector<float>{1.0f});
+      writer.finish(all[2]);
+    }
+    return all;
+  }
+  void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
+    inner_.allreduce_sum(values, timeout);
+  }
+  void broadcast(std::span<uint8_t> data, int root, comm::Timeout timeout) override {
+    inner_.broadcast(data, root, timeout);
+  }
+  void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
+
+ private:
+  comm::Communicator& inner_;
+  int calls_ = 0;
+};
+
+TEST(Exchange, SparseAllreduceRejectsSumsOutsideTheOwnersRegion) {
+  constexpr int n = 3;
+  const auto layout = model_layout();
+  std::vector<std::string> errors(n);
+  comm::run_local(n, quick(), [&](comm::Communicator& real) {
+    ForgingCommunicator comm(real);
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
+    Exchange exchange(comm, layout, options);
+    std::vector<std::vector<float>> updates = {std::vector<float>(1152, 5.0f),
+                                               std::vector<float>(3000, 5.0f)};
+    const auto before = updates;
+    auto in = rank_inputs(layout, comm.rank(), 0);
+    std::vector<Selection> unapplied(in.selections.size());
+    try {
+      exchange.run(0, in.selections, test::spans(updates), in.dense, true, unapplied);
+    } catch (const DecodeError& e) {
+      errors[comm.rank()] = e.what();
+    }
+    EXPECT_EQ(updates, before) << "nothing written on rank " << comm.rank();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[r].find("reduced region message from rank 2"), std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("outside its region"), std::string::npos) << errors[r];
   }
 }
 
