@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,11 @@
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
 #include "dgc/train/optimizer.h"
+
+namespace dgc {
+// Readable parameter names in test listings.
+void PrintTo(ExchangeAlgorithm algorithm, std::ostream* os) { *os << to_string(algorithm); }
+}  // namespace dgc
 
 namespace dgc::train {
 namespace {
