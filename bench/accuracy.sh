@@ -10,7 +10,10 @@
 #   bytes per epoch)
 #
 # Usage: bench/accuracy.sh [--out DIR] [--epochs N] [--seed S] [--dgc BINARY]
+#                          [--exchanges "allgather direct sparse-allreduce"]
 #                          [-- extra `dgc train` flags for both runs]
+# --exchanges: one more DGC run per exchange algorithm named (same seed and settings, `--exchange
+# A`), written to OUT/dgc-A.jsonl/.log, and OUT/exchanges.md with the final accuracy of each.
 # Defaults: --out runs/accuracy, --epochs 10, --seed 1, --dgc build/bin/dgc. About 10 minutes on a
 # 2-core machine. Targets: DGC's final test accuracy within 0.5 points of dense (or above), and a
 # compression ratio of at least 270x after warm-up, counting every byte of every message.
@@ -23,14 +26,16 @@ seed=1
 warmup=1
 dgc=build/bin/dgc
 extra=()
+exchanges=""
 while (($#)); do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
+    --exchanges) exchanges=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "accuracy.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +56,10 @@ run() {
 }
 run dense --compression none
 run dgc --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4
+for exchange in $exchanges; do
+  run "dgc-$exchange" --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4 \
+    --exchange "$exchange"
+done
 
 # The table, from the JSON lines (flat objects; no jq needed).
 field() {  # field NAME < jsonl: one value per line
@@ -76,6 +85,25 @@ paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_accuracy <"$out/den
       printf "Final test accuracy: dense %.2f%%, DGC %.2f%% (DGC - dense = %+.2f points).\n", 100*last_dense, 100*last_dgc, 100*(last_dgc-last_dense)
       printf "DGC compression ratio (dense gradient bytes / bytes sent per worker, headers and dense-path tensors included): %.1fx over the whole run, %.1fx after warm-up.\n", dense/sent, (sent_post > 0 ? dense_post/sent_post : 0)
     }' | tee "$out/accuracy.md"
+
+if [ -n "$exchanges" ]; then
+  last() {  # last() NAME: final test accuracy of run NAME, in percent
+    tail -n 1 "$out/$1.jsonl" | field test_accuracy | awk '{ printf "%.2f", 100 * $1 }'
+  }
+  dense_acc=$(last dense)
+  {
+    echo "| run | final test accuracy | minus dense (points) | compression ratio after warm-up |"
+    echo "|---|---:|---:|---:|"
+    echo "| dense | ${dense_acc}% | | |"
+    for exchange in $exchanges; do
+      acc=$(last "dgc-$exchange")
+      ratio=$(paste -d ' ' <(field epoch <"$out/dgc-$exchange.jsonl") \
+        <(field bytes_sent <"$out/dgc-$exchange.jsonl") <(field dense_bytes <"$out/dgc-$exchange.jsonl") |
+        awk -v w="$warmup" '$1 > w { s += $2; d += $3 } END { printf "%.1fx", (s > 0 ? d / s : 0) }')
+      echo "| DGC, --exchange $exchange | ${acc}% | $(awk -v a="$acc" -v d="$dense_acc" 'BEGIN { printf "%+.2f", a - d }') | $ratio |"
+    done
+  } | tee "$out/exchanges.md"
+fi
 
 # The charts (gnuplot); a failure here leaves the table and curves above intact.
 "$dgc" plot "$out/dense.jsonl" "$out/dgc.jsonl" --out "$out" --name accuracy \

@@ -59,6 +59,19 @@ expect(workers 2)
 expect(numel ${numel})
 expect(selected_per_rank 100)
 
+# The phases the Exchange reports are present and add up to no more than the whole.
+string(JSON dgc_s GET "${line}" dgc_seconds)
+foreach(phase encode collective validate decode)
+  string(JSON value ERROR_VARIABLE error GET "${line}" phases ${phase}_seconds)
+  if(error OR value LESS 0)
+    message(FATAL_ERROR "phase '${phase}' missing or negative: '${value}' ${error}")
+  endif()
+endforeach()
+string(JSON algorithm GET "${line}" algorithm)
+if(NOT algorithm MATCHES "^(allgather|direct|sparse-allreduce)$")
+  message(FATAL_ERROR "algorithm '${algorithm}' is not one the exchange runs")
+endif()
+
 # Numbers that must be present and positive; DGC must send far fewer bytes than dense.
 foreach(field density dgc_seconds dense_seconds bytes_sent_per_rank dense_bytes_per_rank
               message_bytes compression_ratio)

@@ -8,15 +8,17 @@
 //     consecutive iterations send different positions, as in training;
 //   - the selection: dgc::select_sampled at the density (the paper's sampled threshold), made
 //     before timing; one is timed and reported as select_seconds, outside the exchange time;
-//   - dgc_seconds: Exchange::run (encode, allgatherv, decode-add, and with dense_numel > 0 the
-//     dense allreduce with the bad-gradient flag; without it the flag is a byte of the message),
-//     `repeats` timed iterations after `warmup` untimed ones, a barrier before each; per
-//     iteration the slowest rank's time, then the median over iterations;
+//   - dgc_seconds: Exchange::run with the algorithm of --exchange (allgather, direct,
+//     sparse-allreduce or auto; with dense_numel > 0 also the dense allreduce), `repeats` timed
+//     iterations after `warmup` untimed ones, a barrier before each; per iteration the slowest
+//     rank's time, then the median over iterations. The phases (encode, collective, validate,
+//     decode) are the Exchange's own timings (Exchange::last_timings), same statistic;
 //   - dense_seconds: allreduce_sum of the whole gradient (numel + dense_numel floats), same
 //     timing rule, `dense_repeats` iterations after one untimed one.
 // Verification (outside timing): every rank regenerates every rank's gradient from the seeds,
-// repeats its selection, and checks its exchange output against the directly computed
-// sum / N (and that every position no rank selected is exactly zero); the dense allreduce result
+// repeats its selection, gathers what the exchange handed back to every rank (sparse-allreduce),
+// and checks its exchange output with dgc::check_update (reference.h, the check the exchange
+// tests use: the direct sum of what was applied / N, zero elsewhere); the dense allreduce result
 // is checked against the directly computed sum. Any mismatch fails the command after printing.
 //
 // Launch: through comm::connect(), as every dgc command: N worker threads in this process over
@@ -51,6 +53,7 @@
 #include "dgc/core/policy.h"
 #include "dgc/core/selection.h"
 #include "dgc/exchange/exchange.h"
+#include "dgc/exchange/reference.h"
 
 namespace dgc::cli {
 namespace {
@@ -78,7 +81,7 @@ struct BenchExchangeOptions {
   std::string hostname;            // Gloo: address to bind (empty: from the rendezvous)
   double timeout_seconds = 120.0;  // per collective and for rendezvous
   bool json = false;               // one JSON object per line instead of a table
-  bool breakdown = false;          // also time the parts of an exchange iteration separately
+  std::string exchange = "allgather";  // allgather | direct | sparse-allreduce | auto
 };
 
 
@@ -160,21 +163,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The parts of one exchange iteration, timed separately with the same sizes and in the same order
-// as Exchange::run does them: slowest rank per repeat, median over repeats (seconds).
-struct Breakdown {
-  double barrier = 0.0;     // a barrier alone: the latency floor of one collective
-  double encode = 0.0;      // MessageWriter: this rank's message
-  double allgatherv = 0.0;  // Communicator::allgatherv of the messages (sizes, then payload)
-  // allreduce of the dense-path part + the bad-gradient flag; 0 without dense-path tensors (the
-  // flag is then one byte after the message and the exchange runs no allreduce)
-  double flag_allreduce = 0.0;
-  double decode = 0.0;  // validate every message, reset the update, decode_add every message
-  // ... and its parts:
-  double validate = 0.0;  // ValidatedMessage::validate of every message
-  double zero = 0.0;      // resetting the positions the previous iteration wrote (all at first)
-  double add = 0.0;       // decode_add of every validated message (no second validation)
-  double scatter = 0.0;   // only the additions: the same (index, value) pairs, already decoded
+// The Exchange's phases (ExchangeTimings): per iteration the slowest rank's, median over iterations.
+struct Phases {
+  double encode = 0.0;
+  double collective = 0.0;
+  double validate = 0.0;
+  double decode = 0.0;
 };
 
 // Everything rank 0 prints; computed collectively, so identical on every rank.
@@ -186,7 +180,11 @@ struct Result {
   int64_t dense_numel = 0;
   double density = 0.0;
   std::string value_type;
+  std::string exchange;            // as requested (--exchange)
+  std::string algorithm;           // what the exchange runs (auto resolved)
   uint64_t selected_per_rank = 0;  // max over ranks
+  uint64_t applied = 0;            // elements added into the update in the last iteration (max)
+  uint64_t returned_per_rank = 0;  // elements handed back to a rank in the last iteration (max)
   int repeats = 0;
   int dense_repeats = 0;
   int gradients = 0;
@@ -205,56 +203,34 @@ struct Result {
   bool verified = false;
   bool dense_verified = false;
   int64_t mismatches = 0;  // summed over ranks (DGC and dense)
-  std::optional<Breakdown> breakdown;
+  std::string first_problem;  // rank 0's first verification problem, if any
+  Phases phases;
 };
 
-// Checks this rank's exchange outputs against the directly computed sum over all ranks' selections
-// / N, and that every position nobody selected is zero. Returns the number of mismatches.
+// Checks this rank's exchange output with the reference (dgc::check_update): every rank's
+// selection regenerated from the seeds, every rank's `unapplied` as gathered. The dense-path part
+// against the directly computed average. Returns the number of mismatches.
 int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_rank, int variant,
-                        const Selection& my_selection, std::span<const float> update,
-                        std::span<const float> dense_part, std::span<float> scratch) {
+                        const Selection& my_selection, std::span<const Selection> unapplied,
+                        std::span<const float> update, std::span<const float> dense_part,
+                        std::span<float> scratch, std::string& first_problem) {
   const ValueType type = parse_value_type(o.value_type);
-  struct Contribution {
-    uint32_t index;
-    float value;
-  };
-  std::vector<Contribution> all;
-  Selection peer;
+  std::vector<Selection> selected(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) {
-    const Selection* sel = &my_selection;
-    if (r != my_rank) {
-      const std::span<float> peer_gradient = scratch.first(static_cast<size_t>(o.numel));
-      fill_gradient(o.seed, r, variant, peer_gradient);
-      select_for_rank(o, r, variant, peer_gradient, peer);
-      sel = &peer;
+    if (r == my_rank) {
+      selected[r] = my_selection;
+      continue;
     }
-    for (size_t i = 0; i < sel->indices.size(); ++i) {
-      all.push_back({sel->indices[i], round_to(sel->values[i], type)});
-    }
+    const std::span<float> peer_gradient = scratch.first(static_cast<size_t>(o.numel));
+    fill_gradient(o.seed, r, variant, peer_gradient);
+    select_for_rank(o, r, variant, peer_gradient, selected[r]);
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Contribution& a, const Contribution& b) { return a.index < b.index; });
-
-  int64_t mismatches = 0;
-  const double inv_n = 1.0 / world_size;
-  size_t next = 0;  // first position not yet checked
-  for (size_t i = 0; i < all.size();) {
-    const uint32_t index = all[i].index;
-    double sum = 0.0;
-    double magnitude = 0.0;
-    for (; i < all.size() && all[i].index == index; ++i) {
-      sum += all[i].value;
-      magnitude += std::fabs(all[i].value);
-    }
-    for (; next < index; ++next) mismatches += update[next] != 0.0f;
-    const double expected = sum * inv_n;
-    const double tolerance = 1e-6 * magnitude * inv_n + 1e-30;
-    mismatches += !(std::fabs(update[index] - expected) <= tolerance);
-    next = index + 1;
-  }
-  for (; next < update.size(); ++next) mismatches += update[next] != 0.0f;
+  const ReferenceCheck check = check_update(selected, unapplied, update, type);
+  int64_t mismatches = check.mismatches;
+  if (!check.ok()) first_problem = check.first;
 
   // Dense-path part: the average over ranks.
+  const double inv_n = 1.0 / world_size;
   for (size_t j = 0; j < dense_part.size(); ++j) {
     const uint64_t position = static_cast<uint64_t>(o.numel) + j;
     double sum = 0.0;
@@ -267,6 +243,31 @@ int64_t verify_exchange(const BenchExchangeOptions& o, int world_size, int my_ra
     mismatches += !(std::fabs(dense_part[j] - sum * inv_n) <= 1e-6 * magnitude * inv_n + 1e-30);
   }
   return mismatches;
+}
+
+// Every rank's `unapplied` (one tensor) through the communicator: u32 indices then f32 values.
+std::vector<Selection> gather_unapplied(comm::Communicator& comm, const Selection& mine,
+                                        comm::Timeout timeout) {
+  std::vector<uint8_t> bytes(8 * mine.indices.size());
+  if (!mine.indices.empty()) {
+    std::memcpy(bytes.data(), mine.indices.data(), 4 * mine.indices.size());
+    std::memcpy(bytes.data() + 4 * mine.indices.size(), mine.values.data(),
+                4 * mine.values.size());
+  }
+  std::vector<Selection> all;
+  for (const auto& m : comm.allgatherv(bytes, timeout)) {
+    DGC_CHECK_EQ(m.size() % 8, size_t{0}, "unapplied message");
+    Selection s;
+    const size_t count = m.size() / 8;
+    s.indices.resize(count);
+    s.values.resize(count);
+    if (count > 0) {
+      std::memcpy(s.indices.data(), m.data(), 4 * count);
+      std::memcpy(s.values.data(), m.data() + 4 * count, 4 * count);
+    }
+    all.push_back(std::move(s));
+  }
+  return all;
 }
 
 // Checks the dense allreduce result against the directly computed sum. Returns mismatches.
@@ -285,102 +286,6 @@ int64_t verify_dense(const BenchExchangeOptions& o, int world_size, std::span<co
     mismatches += !(std::fabs(summed[i] - sum) <= 1e-6 * magnitude + 1e-30);
   }
   return mismatches;
-}
-
-// Leaves in `update` the exchange's result for selections[(repeats - 1) % size].
-Breakdown time_phases(comm::Communicator& comm, const BenchExchangeOptions& o,
-                      std::span<const Selection> selections, std::span<float> update,
-                      comm::Timeout timeout) {
-  const ValueType type = parse_value_type(o.value_type);
-  const float scale = 1.0f / static_cast<float>(comm.size());
-  const std::vector<uint64_t> numels = {static_cast<uint64_t>(o.numel)};
-  const std::span<const std::span<float>> updates(&update, 1);
-  // As in Exchange::run: without dense-path tensors the flag is one byte after the message.
-  const bool flag_in_message = o.dense_numel == 0;
-  auto codec_part = [&](const std::vector<uint8_t>& m) {
-    return std::span<const uint8_t>(m).first(m.size() - (flag_in_message ? 1 : 0));
-  };
-  std::vector<std::vector<uint64_t>> written(1);  // positions the previous repeat wrote
-  std::vector<uint8_t> message;
-  std::vector<float> flag(static_cast<size_t>(o.dense_numel) + 1, 0.0f);
-  std::vector<double> barrier, encode, gather, reduce, decode, validate, zero, add, scatter;
-  std::vector<std::pair<uint32_t, float>> pairs;
-  std::vector<std::vector<uint8_t>> last_messages;
-  for (int i = 0; i < o.repeats; ++i) {
-    comm.barrier(timeout);
-    auto start = std::chrono::steady_clock::now();
-    comm.barrier(timeout);
-    barrier.push_back(seconds_since(start));
-
-    start = std::chrono::steady_clock::now();
-    MessageWriter writer(type, static_cast<uint64_t>(i));
-    const Selection& selection = selections[static_cast<size_t>(i) % selections.size()];
-    writer.add(0, numels[0], selection.indices, selection.values);
-    writer.finish(message);
-    if (flag_in_message) message.push_back(0);
-    encode.push_back(seconds_since(start));
-
-    comm.barrier(timeout);
-    start = std::chrono::steady_clock::now();
-    const auto messages = comm.allgatherv(message, timeout);
-    gather.push_back(seconds_since(start));
-
-    if (flag_in_message) {
-      reduce.push_back(0.0);
-    } else {
-      comm.barrier(timeout);
-      start = std::chrono::steady_clock::now();
-      comm.allreduce_sum(flag, timeout);
-      reduce.push_back(seconds_since(start));
-    }
-
-    comm.barrier(timeout);
-    start = std::chrono::steady_clock::now();
-    std::vector<ValidatedMessage> validated_messages;
-    for (const auto& m : messages) {
-      validated_messages.push_back(ValidatedMessage::validate(codec_part(m), numels));
-    }
-    const double validated = seconds_since(start);
-    if (i == 0) {
-      std::fill(update.begin(), update.end(), 0.0f);
-    } else {
-      for (uint64_t index : written[0]) update[index] = 0.0f;
-    }
-    written[0].clear();
-    const double zeroed = seconds_since(start);
-    for (const auto& m : validated_messages) decode_add(m, updates, scale, written);
-    const double added = seconds_since(start);
-    decode.push_back(added);
-    validate.push_back(validated);
-    zero.push_back(zeroed - validated);
-    add.push_back(added - zeroed);
-
-    pairs.clear();
-    for (const auto& m : messages) {
-      decode_message(codec_part(m), numels, [&](uint32_t, uint64_t index, float value) {
-        pairs.emplace_back(static_cast<uint32_t>(index), value);
-      });
-    }
-    comm.barrier(timeout);
-    start = std::chrono::steady_clock::now();
-    for (const auto& [index, value] : pairs) update[index] += scale * value;
-    scatter.push_back(seconds_since(start));
-    if (i + 1 == o.repeats) last_messages = messages;
-  }
-  Breakdown b;
-  b.barrier = slowest_rank_stats(comm, barrier, timeout).first;
-  b.encode = slowest_rank_stats(comm, encode, timeout).first;
-  b.allgatherv = slowest_rank_stats(comm, gather, timeout).first;
-  b.flag_allreduce = slowest_rank_stats(comm, reduce, timeout).first;
-  b.decode = slowest_rank_stats(comm, decode, timeout).first;
-  b.validate = slowest_rank_stats(comm, validate, timeout).first;
-  b.zero = slowest_rank_stats(comm, zero, timeout).first;
-  b.add = slowest_rank_stats(comm, add, timeout).first;
-  b.scatter = slowest_rank_stats(comm, scatter, timeout).first;
-  // The scatter pass added everything twice: leave the exchange's sum in `update` again.
-  std::fill(update.begin(), update.end(), 0.0f);
-  for (const auto& m : last_messages) decode_add(codec_part(m), updates, scale);
-  return b;
 }
 
 Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
@@ -412,11 +317,14 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   ExchangeOptions exchange_options;
   exchange_options.value_type = parse_value_type(o.value_type);
   exchange_options.timeout = timeout;
-  // What every rank must agree on, as "key=value" lines (checked by the handshake).
+  exchange_options.algorithm = parse_exchange_algorithm(o.exchange);
+  exchange_options.density = o.density;
+  // What every rank must agree on, as "key=value" lines (checked by the handshake; the exchange
+  // adds its algorithm).
   exchange_options.settings =
       detail::concat("bench.density=", o.density, "\nbench.seed=", o.seed,
                      "\nbench.gradients=", o.gradients, "\nbench.repeats=", o.repeats,
-                     "\nbench.warmup=", o.warmup, "\nbench.breakdown=", o.breakdown, "\n");
+                     "\nbench.warmup=", o.warmup, "\n");
   Exchange exchange(comm, layout, exchange_options);
 
   std::vector<float> update(numel);
@@ -426,7 +334,8 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   const std::span<const float> dense_grad(gradient.data() + numel, dense_numel);
 
   uint64_t iteration = 0;
-  std::vector<double> dgc_times;
+  std::vector<double> dgc_times, encode, collective, validate, decode;
+  std::vector<Selection> unapplied(1);
   int bad_ranks = 0;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
     std::copy(dense_grad.begin(), dense_grad.end(), dense_flat.begin());
@@ -434,19 +343,28 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
     start = std::chrono::steady_clock::now();
     const std::span<const Selection> selections(&variants[static_cast<size_t>(i) % variants.size()],
                                                 1);
-    bad_ranks += exchange.run(iteration++, selections, updates, dense_flat);
+    bad_ranks += exchange.run(iteration++, selections, updates, dense_flat, true, unapplied);
     const double seconds = seconds_since(start);
-    if (i >= o.warmup) dgc_times.push_back(seconds);
+    if (i >= o.warmup) {
+      dgc_times.push_back(seconds);
+      const ExchangeTimings& t = exchange.last_timings();
+      encode.push_back(t.encode);
+      collective.push_back(t.collective);
+      validate.push_back(t.validate);
+      decode.push_back(t.decode);
+    }
   }
   DGC_CHECK_EQ(bad_ranks, 0, "no rank flags its gradient in this benchmark");
   const ExchangeBytes dgc_bytes = exchange.last();
-  // The gradient variant whose exchange result `update` holds.
-  int variant = (o.warmup + o.repeats - 1) % o.gradients;
-  std::optional<Breakdown> breakdown;
-  if (o.breakdown) {
-    breakdown = time_phases(comm, o, variants, update, timeout);
-    variant = (o.repeats - 1) % o.gradients;
-  }
+  const uint64_t applied = exchange.last_applied();
+  // The gradient variant whose exchange result `update` holds, and what every rank got back.
+  const int variant = (o.warmup + o.repeats - 1) % o.gradients;
+  const auto all_unapplied = gather_unapplied(comm, unapplied[0], timeout);
+  Phases phases;
+  phases.encode = slowest_rank_stats(comm, encode, timeout).first;
+  phases.collective = slowest_rank_stats(comm, collective, timeout).first;
+  phases.validate = slowest_rank_stats(comm, validate, timeout).first;
+  phases.decode = slowest_rank_stats(comm, decode, timeout).first;
 
   // Dense baseline: allreduce of the whole gradient, a fresh copy each time.
   std::vector<float> dense(gradient.size());
@@ -472,9 +390,10 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   // Verification, outside timing. `gradient` is free now: it serves as scratch for peers.
   int64_t dense_mismatches = verify_dense(o, n, dense);
   dense = {};
+  std::string first_problem;
   int64_t dgc_mismatches =
-      verify_exchange(o, n, rank, variant, variants[static_cast<size_t>(variant)], update,
-                      dense_flat, std::span<float>(gradient));
+      verify_exchange(o, n, rank, variant, variants[static_cast<size_t>(variant)], all_unapplied,
+                      update, dense_flat, std::span<float>(gradient), first_problem);
 
   // Combine over ranks.
   Result res;
@@ -485,6 +404,10 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   res.dense_numel = o.dense_numel;
   res.density = o.density;
   res.value_type = o.value_type;
+  res.exchange = o.exchange;
+  res.algorithm = to_string(exchange.algorithm());
+  res.first_problem = first_problem;
+  res.phases = phases;
   res.repeats = o.repeats;
   res.dense_repeats = o.dense_repeats;
   res.gradients = o.gradients;
@@ -501,7 +424,9 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
                                       dense_sent,
                                       dense_received,
                                       static_cast<uint64_t>(dgc_mismatches),
-                                      static_cast<uint64_t>(dense_mismatches)};
+                                      static_cast<uint64_t>(dense_mismatches),
+                                      applied,
+                                      unapplied[0].indices.size()};
   uint64_t dgc_bad = 0;
   uint64_t dense_bad = 0;
   for (const auto& v : gather_all<uint64_t>(comm, mine, timeout)) {
@@ -516,11 +441,12 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
     res.dense_busiest_link_bytes = std::max({res.dense_busiest_link_bytes, v[5], v[6]});
     dgc_bad += v[7];
     dense_bad += v[8];
+    res.applied = std::max(res.applied, v[9]);
+    res.returned_per_rank = std::max(res.returned_per_rank, v[10]);
   }
   res.verified = dgc_bad == 0;
   res.dense_verified = dense_bad == 0;
   res.mismatches = static_cast<int64_t>(dgc_bad + dense_bad);
-  res.breakdown = breakdown;
   return res;
 }
 
@@ -547,7 +473,11 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                                 {"layout", layout_description(r)},
                                 {"density", r.density},
                                 {"value_type", r.value_type},
+                                {"exchange", r.exchange},
+                                {"algorithm", r.algorithm},
                                 {"selected_per_rank", r.selected_per_rank},
+                                {"applied_per_iteration", r.applied},
+                                {"returned_per_rank", r.returned_per_rank},
                                 {"repeats", r.repeats},
                                 {"dense_repeats", r.dense_repeats},
                                 {"gradients", r.gradients},
@@ -568,17 +498,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                                 {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
                                 {"verified", r.verified},
                                 {"dense_verified", r.dense_verified}};
-    if (r.breakdown) {
-      j["breakdown"] = {{"barrier_seconds", r.breakdown->barrier},
-                        {"encode_seconds", r.breakdown->encode},
-                        {"allgatherv_seconds", r.breakdown->allgatherv},
-                        {"flag_allreduce_seconds", r.breakdown->flag_allreduce},
-                        {"decode_seconds", r.breakdown->decode},
-                        {"decode_validate_seconds", r.breakdown->validate},
-                        {"decode_zero_seconds", r.breakdown->zero},
-                        {"decode_add_seconds", r.breakdown->add},
-                        {"scatter_only_seconds", r.breakdown->scatter}};
-    }
+    j["phases"] = {{"encode_seconds", r.phases.encode},
+                   {"collective_seconds", r.phases.collective},
+                   {"validate_seconds", r.phases.validate},
+                   {"decode_seconds", r.phases.decode}};
     if (o.bandwidth_gbit > 0) {
       j["bandwidth_gbit"] = o.bandwidth_gbit;
       j["wire_bound_seconds"] = r.busiest_link_bytes / bytes_per_second;
@@ -586,9 +509,9 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("dgc bench exchange: %s, %d ranks (%s), %s, density %g, values %s\n",
+    std::printf("dgc bench exchange: %s, %d ranks (%s), %s, density %g, values %s, exchange %s (%s)\n",
                 r.backend.c_str(), r.workers, r.launch.c_str(), layout_description(r).c_str(),
-                r.density, r.value_type.c_str());
+                r.density, r.value_type.c_str(), r.exchange.c_str(), r.algorithm.c_str());
     std::printf("  selected per rank      %llu elements (selection %.4f s, not in the times)\n",
                 static_cast<unsigned long long>(r.selected_per_rank), r.select_seconds);
     std::printf("  %-22s %12s %12s %14s %14s\n", "", "median s", "min s", "wire sent B",
@@ -609,19 +532,18 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                   r.busiest_link_bytes / bytes_per_second,
                   r.dense_busiest_link_bytes / bytes_per_second);
     }
-    if (r.breakdown) {
-      std::printf(
-          "  parts (median s): barrier %.6f, encode %.6f, allgatherv %.6f, flag allreduce %.6f, "
-          "decode %.6f\n"
-          "  decode parts (median s): validate %.6f, zero %.6f, decode_add %.6f; additions "
-          "alone %.6f\n",
-          r.breakdown->barrier, r.breakdown->encode, r.breakdown->allgatherv,
-          r.breakdown->flag_allreduce, r.breakdown->decode, r.breakdown->validate,
-          r.breakdown->zero, r.breakdown->add, r.breakdown->scatter);
-    }
-    std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)\n",
+    std::printf(
+        "  phases (median s, the Exchange's own timings): encode %.6f, collective %.6f, validate "
+        "%.6f, decode %.6f\n",
+        r.phases.encode, r.phases.collective, r.phases.validate, r.phases.decode);
+    std::printf("  applied %llu elements; handed back to a rank: up to %llu; wire received per rank %llu B\n",
+                static_cast<unsigned long long>(r.applied),
+                static_cast<unsigned long long>(r.returned_per_rank),
+                static_cast<unsigned long long>(r.bytes_received_per_rank));
+    std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)%s%s\n",
                 r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
-                static_cast<long long>(r.mismatches));
+                static_cast<long long>(r.mismatches), r.first_problem.empty() ? "" : "; first: ",
+                r.first_problem.c_str());
   }
   std::fflush(stdout);
 }
@@ -727,9 +649,10 @@ void add_bench_exchange(CLI::App& bench) {
                   "Seconds per collective and for the rendezvous")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print one JSON object per line");
-  cmd->add_flag("--breakdown", options->breakdown,
-                "Also time the parts of an exchange iteration separately (encode, allgatherv, "
-                "flag allreduce, decode, a barrier)");
+  cmd->add_option("--exchange", options->exchange,
+                  "Exchange algorithm: allgather, direct, sparse-allreduce or auto")
+      ->check(CLI::IsMember({"allgather", "direct", "sparse-allreduce", "auto"}))
+      ->capture_default_str();
   cmd->callback([options] { run_bench_exchange(*options); });
 }
 

@@ -38,6 +38,7 @@ struct TrainCommand {
   std::string compression = "dgc";
   std::string selection = "sampled";
   std::string value_type = "fp32";
+  std::string exchange = "allgather";
   std::string lr_decay = "cosine";
   std::string metrics;
   std::string progress = "auto";
@@ -83,6 +84,7 @@ void run(const TrainCommand& cmd, bool workers_given) {
   opt.compression = train::parse_compression(cmd.compression);
   opt.compressor.selection.method = parse_selection(cmd.selection);
   opt.compressor.value_type = parse_value_type(cmd.value_type);
+  opt.exchange = parse_exchange_algorithm(cmd.exchange);
   opt.lr.decay = parse_decay(cmd.lr_decay);
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
@@ -282,6 +284,11 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--value-type", cmd->value_type, "Wire type of sent values: fp32, fp16, bf16")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  sub->add_option("--exchange", cmd->exchange,
+                  "Exchange algorithm: allgather, direct (one all-to-all round), sparse-allreduce "
+                  "(Ok-Topk-style; what is not applied stays in the residual) or auto")
+      ->check(CLI::IsMember({"allgather", "direct", "sparse-allreduce", "auto"}))
       ->capture_default_str();
   sub->add_option("--min-compress-numel", opt.policy.min_numel,
                   "Tensors with fewer elements go dense")

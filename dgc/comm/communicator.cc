@@ -25,6 +25,21 @@ ByteCounters ring_allgatherv_bytes(std::span<const uint64_t> sizes, int rank) {
   return c;
 }
 
+ByteCounters direct_alltoallv_bytes(std::span<const uint64_t> send_sizes,
+                                    std::span<const uint64_t> receive_sizes, int rank) {
+  const int n = static_cast<int>(send_sizes.size());
+  DGC_CHECK_EQ(receive_sizes.size(), send_sizes.size(), "one receive size per rank");
+  DGC_CHECK(rank >= 0 && rank < n, "rank ", rank, " outside [0, ", n, ")");
+  ByteCounters c;
+  if (n == 1) return c;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    c.sent += sizeof(uint64_t) + send_sizes[p];
+    c.received += sizeof(uint64_t) + receive_sizes[p];
+  }
+  return c;
+}
+
 ByteCounters ring_allreduce_bytes(uint64_t bytes, int world_size) {
   DGC_CHECK_GE(world_size, 1, "world size");
   const uint64_t n = static_cast<uint64_t>(world_size);

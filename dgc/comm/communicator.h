@@ -51,6 +51,16 @@ class Communicator {
   virtual std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
                                                        Timeout timeout = kDefaultTimeout) = 0;
 
+  // All-to-all of variable-size messages: messages[p] goes to rank p (messages[rank()] comes back
+  // to this rank without travelling). Sizes first (an all-to-all of one u64 per pair of ranks),
+  // then every payload at once: each rank sends directly to every other rank, so each phase is
+  // one round of latency and nothing is forwarded (unlike the ring of allgatherv). Returns
+  // size() messages, index = sending rank. messages.size() must equal size() (dgc::InvalidArgument
+  // otherwise, before anything is sent). Same timeout, error and byte-counting conventions as
+  // allgatherv; wire bytes: see direct_alltoallv_bytes in wire_bytes.h.
+  virtual std::vector<std::vector<uint8_t>> alltoallv(
+      std::span<const std::span<const uint8_t>> messages, Timeout timeout = kDefaultTimeout) = 0;
+
   // In-place elementwise sum over ranks.
   virtual void allreduce_sum(std::span<float> values, Timeout timeout = kDefaultTimeout) = 0;
 

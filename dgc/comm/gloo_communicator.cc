@@ -1,5 +1,6 @@
 // The Gloo backend: rendezvous over a key-value store (in-process, shared directory or TCP), then
-// Gloo's TCP transport and its collectives (ring allgatherv, ring allreduce, tree broadcast).
+// Gloo's TCP transport and its collectives (ring allgatherv, ring allreduce, tree broadcast,
+// direct alltoall/alltoallv).
 //
 // Rendezvous, on every rank, all through the store:
 //   0. claim: with a store that counts (c10d's add), add 1 to "dgc.claim.<rank>"; a count over 1
@@ -20,6 +21,8 @@
 // After step 4 nobody reads the store again; the TCP store is closed there.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -287,6 +290,70 @@ class GlooCommunicator final : public Communicator {
     for (int r = 0; r < n; ++r) {
       const auto* begin = flat.data() + offsets[r];
       out[r].assign(begin, begin + sizes[r]);
+    }
+    return out;
+  }
+
+  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
+                                              Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    const int n = size();
+    DGC_CHECK_EQ(messages.size(), static_cast<size_t>(n), "alltoallv takes one message per rank");
+    check_usable("alltoallv");
+    if (n == 1) return {std::vector<uint8_t>(messages[0].begin(), messages[0].end())};
+    const auto deadline = Clock::now() + timeout;
+
+    // Sizes first: one u64 to every rank, directly.
+    std::vector<uint64_t> send_sizes(n), receive_sizes(n, 0);
+    for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
+    run("alltoallv (sizes)", timeout, [&] {
+      gloo::AlltoallOptions opts(context_);
+      opts.setInput(send_sizes.data(), static_cast<size_t>(n));
+      opts.setOutput(receive_sizes.data(), static_cast<size_t>(n));
+      opts.setTag(next_tag());
+      opts.setTimeout(remaining(deadline));
+      gloo::alltoall(opts);
+    });
+    for (int p = 0; p < n; ++p) {
+      if (receive_sizes[p] > kMaxMessageBytes) {
+        fail_with<CommError>(detail::concat("alltoallv: rank ", p, " announced a message of ",
+                                            receive_sizes[p], " bytes, over the limit of ",
+                                            kMaxMessageBytes, " (corrupt or mismatched peer)"));
+      }
+    }
+
+    // Then every payload at once, with exact counts. One byte of slack keeps the buffers
+    // non-null when everything is empty.
+    std::vector<int64_t> send_counts(n), receive_counts(n);
+    std::vector<size_t> receive_offsets(n, 0);
+    uint64_t send_total = 0, receive_total = 0;
+    for (int p = 0; p < n; ++p) {
+      send_counts[p] = static_cast<int64_t>(send_sizes[p]);
+      receive_counts[p] = static_cast<int64_t>(receive_sizes[p]);
+      receive_offsets[p] = receive_total;
+      send_total += send_sizes[p];
+      receive_total += receive_sizes[p];
+    }
+    std::vector<uint8_t> send_flat(send_total + 1), receive_flat(receive_total + 1);
+    size_t offset = 0;
+    for (int p = 0; p < n; ++p) {
+      if (!messages[p].empty()) std::memcpy(send_flat.data() + offset, messages[p].data(), messages[p].size());
+      offset += messages[p].size();
+    }
+    run("alltoallv", timeout, [&] {
+      gloo::AlltoallvOptions opts(context_);
+      opts.setInput(send_flat.data(), send_counts);
+      opts.setOutput(receive_flat.data(), receive_counts);
+      opts.setTag(next_tag());
+      opts.setTimeout(remaining(deadline));
+      gloo::alltoallv(opts);
+    });
+    bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
+
+    std::vector<std::vector<uint8_t>> out(n);
+    for (int p = 0; p < n; ++p) {
+      const auto* begin = receive_flat.data() + receive_offsets[p];
+      out[p].assign(begin, begin + receive_sizes[p]);
     }
     return out;
   }

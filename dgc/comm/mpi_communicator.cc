@@ -1,5 +1,5 @@
 // The Open MPI backend. Every collective is the non-blocking MPI call (MPI_Iallgather,
-// MPI_Iallgatherv, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or
+// MPI_Iallgatherv, MPI_Ialltoall, MPI_Ialltoallv, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or
 // until the deadline, when it throws dgc::TimeoutError.
 //
 // MPI cannot cancel a collective, so after a timeout the request may still touch its buffers:
@@ -144,6 +144,72 @@ class MpiCommunicator final : public Communicator {
     for (int r = 0; r < n; ++r) {
       const auto* begin = flat->data() + displs[r];
       out[r].assign(begin, begin + counts[r]);
+    }
+    return out;
+  }
+
+  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
+                                              Timeout timeout) override {
+    timeout = effective_timeout(timeout);
+    const int n = size_;
+    DGC_CHECK_EQ(messages.size(), static_cast<size_t>(n), "alltoallv takes one message per rank");
+    check_usable("alltoallv");
+    const auto start = Clock::now();
+    if (n == 1) return {std::vector<uint8_t>(messages[0].begin(), messages[0].end())};
+
+    // Sizes first, then the payloads (MPI_Ialltoallv: every pair at once).
+    auto sizes = std::make_shared<std::vector<uint64_t>>(2 * static_cast<size_t>(n), 0);
+    uint64_t* send_sizes = sizes->data();
+    uint64_t* receive_sizes = sizes->data() + n;
+    for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ialltoall(send_sizes, 1, MPI_UINT64_T, receive_sizes, 1, MPI_UINT64_T, comm_,
+                        &request),
+          "MPI_Ialltoall");
+    wait(request, "alltoallv (sizes)", timeout, start, sizes);
+
+    struct Buffers {
+      std::vector<int> send_counts, send_displs, receive_counts, receive_displs;
+      std::vector<uint8_t> send, receive;
+    };
+    auto b = std::make_shared<Buffers>();
+    b->send_counts.resize(n);
+    b->send_displs.resize(n);
+    b->receive_counts.resize(n);
+    b->receive_displs.resize(n);
+    uint64_t send_total = 0, receive_total = 0;
+    for (int p = 0; p < n; ++p) {
+      if (send_sizes[p] > static_cast<uint64_t>(INT_MAX) - send_total ||
+          receive_sizes[p] > static_cast<uint64_t>(INT_MAX) - receive_total) {
+        fail<CommError>(detail::concat("mpi alltoallv: the messages add up to more than ", INT_MAX,
+                                       " bytes (MPI counts are int); rank ", p, " announced ",
+                                       receive_sizes[p], " bytes"));
+      }
+      b->send_displs[p] = static_cast<int>(send_total);
+      b->send_counts[p] = static_cast<int>(send_sizes[p]);
+      b->receive_displs[p] = static_cast<int>(receive_total);
+      b->receive_counts[p] = static_cast<int>(receive_sizes[p]);
+      send_total += send_sizes[p];
+      receive_total += receive_sizes[p];
+    }
+    b->send.resize(send_total + 1);  // + 1: never a null buffer
+    b->receive.resize(receive_total + 1);
+    for (int p = 0; p < n; ++p) {
+      if (!messages[p].empty()) {
+        std::memcpy(b->send.data() + b->send_displs[p], messages[p].data(), messages[p].size());
+      }
+    }
+    check(MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(), MPI_BYTE,
+                         b->receive.data(), b->receive_counts.data(), b->receive_displs.data(),
+                         MPI_BYTE, comm_, &request),
+          "MPI_Ialltoallv");
+    wait(request, "alltoallv", timeout, start, b);
+    bytes_ += direct_alltoallv_bytes(std::span<const uint64_t>(send_sizes, n),
+                                     std::span<const uint64_t>(receive_sizes, n), rank_);
+    std::vector<std::vector<uint8_t>> out(n);
+    for (int p = 0; p < n; ++p) {
+      const auto* begin = b->receive.data() + b->receive_displs[p];
+      out[p].assign(begin, begin + b->receive_counts[p]);
     }
     return out;
   }

@@ -18,6 +18,12 @@ namespace dgc::comm {
 // Ring allgather of messages of `sizes[i]` bytes from rank i, seen from `rank`.
 ByteCounters ring_allgatherv_bytes(std::span<const uint64_t> sizes, int rank);
 
+// Direct all-to-all (Communicator::alltoallv) seen from `rank`: the size phase (8 bytes to and
+// from every other rank) plus every payload sent to, and received from, another rank.
+// send_sizes[p]: bytes this rank sends to p; receive_sizes[p]: bytes p sends to this rank.
+ByteCounters direct_alltoallv_bytes(std::span<const uint64_t> send_sizes,
+                                    std::span<const uint64_t> receive_sizes, int rank);
+
 // Ring allreduce of `bytes` bytes over `world_size` ranks: 2(N-1)/N * bytes each way (rounded
 // down); 0 for one rank.
 ByteCounters ring_allreduce_bytes(uint64_t bytes, int world_size);

@@ -150,7 +150,11 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
   }
   info.value_type = static_cast<ValueType>(bytes[5]);
   const uint16_t flags = load_le<uint16_t>(bytes + 6);
-  if (flags != 0) fail(Reason::kMalformed, detail::concat("unknown flags ", flags));
+  if ((flags & ~kKnownFlags) != 0) {
+    fail(Reason::kMalformed, detail::concat("unknown flags ", flags, " (known bits: ", kKnownFlags,
+                                            "); is the sender a newer dgc version?"));
+  }
+  info.flags = flags;
   info.iteration = load_le<uint64_t>(bytes + 8);
   info.tensor_count = load_le<uint32_t>(bytes + 16);
   const uint32_t payload_bytes = load_le<uint32_t>(bytes + 20);
@@ -305,6 +309,7 @@ void MessageWriter::reset(ValueType value_type, uint64_t iteration) {
             static_cast<int>(value_type));
   value_type_ = value_type;
   iteration_ = iteration;
+  flags_ = 0;
   tensor_count_ = 0;
   payload_.clear();
 }
@@ -335,7 +340,8 @@ void MessageWriter::add(uint32_t tensor_id, uint64_t numel, std::span<const uint
   switch (value_type_) {
     case ValueType::kFloat32:
       if constexpr (std::endian::native == std::endian::little) {
-        std::memcpy(p, values.data(), count * 4);
+        // An empty selection may come with a null data pointer: memcpy must not see it.
+        if (count > 0) std::memcpy(p, values.data(), count * 4);
       } else {
         for (size_t j = 0; j < count; ++j) store_le(p + 4 * j, std::bit_cast<uint32_t>(values[j]));
       }
@@ -352,6 +358,11 @@ void MessageWriter::add(uint32_t tensor_id, uint64_t numel, std::span<const uint
   ++tensor_count_;
 }
 
+void MessageWriter::set_flags(uint16_t flags) {
+  DGC_CHECK_EQ(flags & ~kKnownFlags, 0, "unknown message flags ", flags);
+  flags_ = flags;
+}
+
 void MessageWriter::finish(std::vector<uint8_t>& out) {
   DGC_CHECK_LE(payload_.size(), size_t{std::numeric_limits<uint32_t>::max()},
                "message payload too large for one message");
@@ -361,7 +372,7 @@ void MessageWriter::finish(std::vector<uint8_t>& out) {
   std::memcpy(h, kMagic, 4);
   h[4] = kCodecVersion;
   h[5] = static_cast<uint8_t>(value_type_);
-  store_le<uint16_t>(h + 6, 0);
+  store_le<uint16_t>(h + 6, flags_);
   store_le<uint64_t>(h + 8, iteration_);
   store_le<uint32_t>(h + 16, tensor_count_);
   store_le<uint32_t>(h + 20, static_cast<uint32_t>(payload_.size()));
@@ -381,18 +392,22 @@ MessageInfo validate_message(std::span<const uint8_t> message,
   return parse(message, expected_numels);
 }
 
-MessageInfo decode_message(std::span<const uint8_t> message,
-                           std::span<const uint64_t> expected_numels, const ElementVisitor& visit) {
-  const auto validated = ValidatedMessage::validate(message, expected_numels);
-  const ValueType type = validated.info().value_type;
+void for_each_element(const ValidatedMessage& message, const ElementVisitor& visit) {
+  const ValueType type = message.info().value_type;
   const size_t width = value_bytes(type);
   std::vector<uint64_t> indices;
-  walk_validated(validated, indices,
+  walk_validated(message, indices,
                  [&](uint32_t id, std::span<const uint64_t> tensor_indices, const uint8_t* values) {
                    for (size_t j = 0; j < tensor_indices.size(); ++j) {
                      visit(id, tensor_indices[j], load_value(values + j * width, type));
                    }
                  });
+}
+
+MessageInfo decode_message(std::span<const uint8_t> message,
+                           std::span<const uint64_t> expected_numels, const ElementVisitor& visit) {
+  const auto validated = ValidatedMessage::validate(message, expected_numels);
+  for_each_element(validated, visit);
   return validated.info();
 }
 

@@ -6,6 +6,7 @@
 //   payload, per tensor: tensor_id varint | numel varint | count varint |
 //            index gaps varint * count (first = index, then index[i] - index[i-1] - 1) |
 //            values * count (fp32, fp16 or bf16 by value_type)
+// flags: bit 0 = kFlagBadGradient; every other bit must be 0 (a decoder rejects unknown bits).
 // Indices must be strictly increasing and < numel. The exact byte layout is the codec's; callers
 // only use the functions below.
 //
@@ -25,6 +26,12 @@ namespace dgc {
 
 inline constexpr uint8_t kCodecVersion = 1;
 
+// Bits of the header's flags field (covered by the header checksum).
+// kFlagBadGradient: the sender's gradient was not finite; receivers must apply nothing this
+// iteration (the exchange counts the flagged senders).
+inline constexpr uint16_t kFlagBadGradient = 1;
+inline constexpr uint16_t kKnownFlags = kFlagBadGradient;
+
 class MessageWriter {
  public:
   MessageWriter(ValueType value_type, uint64_t iteration);
@@ -34,6 +41,9 @@ class MessageWriter {
   void add(uint32_t tensor_id, uint64_t numel, std::span<const uint32_t> indices,
            std::span<const float> values);
 
+  // Sets the header's flags (kFlag* bits; 0 after construction and reset()).
+  void set_flags(uint16_t flags);
+
   // Finishes the message into `out` (cleared first). The writer may be reused after reset().
   void finish(std::vector<uint8_t>& out);
   void reset(ValueType value_type, uint64_t iteration);
@@ -41,6 +51,7 @@ class MessageWriter {
  private:
   ValueType value_type_;
   uint64_t iteration_;
+  uint16_t flags_ = 0;
   uint32_t tensor_count_ = 0;
   std::vector<uint8_t> payload_;
 };
@@ -48,6 +59,7 @@ class MessageWriter {
 struct MessageInfo {
   uint8_t version = 0;
   ValueType value_type = ValueType::kFloat32;
+  uint16_t flags = 0;  // kFlag* bits
   uint64_t iteration = 0;
   uint32_t tensor_count = 0;
   uint64_t element_count = 0;  // selected elements over all tensors
@@ -92,6 +104,10 @@ MessageInfo validate_message(std::span<const uint8_t> message,
 using ElementVisitor = std::function<void(uint32_t tensor_id, uint64_t index, float value)>;
 MessageInfo decode_message(std::span<const uint8_t> message,
                            std::span<const uint64_t> expected_numels, const ElementVisitor& visit);
+
+// Calls visit(tensor_id, index, value) for every element of an already validated message, in
+// message order, without validating it again.
+void for_each_element(const ValidatedMessage& message, const ElementVisitor& visit);
 
 // Validates, then outputs[tensor_id][index] += scale * value for every element. outputs[t].size()
 // is the expected numel of tensor t. Writes nothing if the message is invalid.

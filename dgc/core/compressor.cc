@@ -100,6 +100,16 @@ Compressor::Workspace& Compressor::workspace() {
   return *workspace_;
 }
 
+void Compressor::return_to_velocity(size_t t, const Selection& unapplied) {
+  DGC_CHECK_LT(t, velocity_.size(), "no such tensor");
+  DGC_CHECK_EQ(unapplied.indices.size(), unapplied.values.size(), "one value per index");
+  std::vector<float>& v = velocity_[t];
+  for (size_t j = 0; j < unapplied.indices.size(); ++j) {
+    DGC_CHECK_LT(size_t{unapplied.indices[j]}, v.size(), "tensor ", t, ": index out of range");
+    v[unapplied.indices[j]] += unapplied.values[j];
+  }
+}
+
 std::span<float> Compressor::momentum(size_t t) {
   DGC_CHECK_LT(t, momentum_.size(), "no such tensor");
   return momentum_[t];

@@ -57,6 +57,13 @@ class Compressor {
   //   clip.h is non-finite iff a gradient is).
   void step(size_t t, std::span<const float> grad, double density, Selection& out);
 
+  // Gives back to the velocity (the residual) what step() selected for tensor `t` but the
+  // exchange did not apply: v[index] += value for every element of `unapplied` (indices < numel;
+  // values as step() returned them). step() masked v at those positions, so v then holds what it
+  // would have held had they never been selected; the momentum u stays masked there (as after a
+  // send), so stale momentum does not push them again.
+  void return_to_velocity(size_t t, const Selection& unapplied);
+
   std::span<float> momentum(size_t t);
   std::span<float> velocity(size_t t);
   std::span<const float> momentum(size_t t) const;

@@ -1,6 +1,7 @@
 #include "dgc/exchange/exchange.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/codec.h"
 #include "dgc/core/error.h"
+#include "dgc/exchange/sparse_allreduce.h"
 
 namespace dgc {
 namespace {
@@ -277,6 +279,8 @@ void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<fl
 Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
                    ExchangeOptions options)
     : comm_(comm), layout_(std::move(layout)), options_(std::move(options)) {
+  DGC_CHECK_GE(options_.rebalance_interval, 1, "rebalance interval");
+  uint64_t compressed_total = 0;
   for (size_t i = 0; i < layout_.size(); ++i) {
     const auto& t = layout_[i];
     for (int64_t d : t.shape) {
@@ -289,104 +293,254 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
                    t.name, "' is too large for 32-bit indices");
       compressed_.push_back(i);
       compressed_numels_.push_back(numel);
+      offsets_.push_back(compressed_total);
+      compressed_total += numel;
     } else {
       dense_.push_back(i);
       dense_numel_ += numel;
     }
   }
-  dense_buffer_.resize(dense_numel_ + 1);
-  flag_in_message_ = dense_.empty();
+  offsets_.push_back(compressed_total);
   written_.resize(compressed_.size());
-  // The value type is part of what every rank must agree on.
+  algorithm_ = options_.algorithm == ExchangeAlgorithm::kAuto
+                   ? choose_algorithm(comm_.size(), options_.density, compressed_total)
+                   : options_.algorithm;
+  bounds_ = sparse::equal_bounds(compressed_total, comm_.size());
+  // The value type and the algorithm are part of what every rank must agree on.
   std::string settings = options_.settings;
   if (!settings.empty() && settings.back() != '\n') settings += '\n';
   settings += std::string("exchange.value_type=") + to_string(options_.value_type) + "\n";
+  settings += detail::concat("exchange.algorithm=", to_string(options_.algorithm), " (",
+                             to_string(algorithm_), ")\n");
+  if (algorithm_ == ExchangeAlgorithm::kSparseAllreduce) {
+    settings += detail::concat("exchange.rebalance_interval=", options_.rebalance_interval, "\n");
+  }
+  if (options_.algorithm == ExchangeAlgorithm::kAuto) {
+    settings += detail::concat("exchange.density=", options_.density, "\n");
+  }
   handshake(comm_, layout_, settings, options_.timeout);
 }
 
 void Exchange::forget_updates() { written_known_ = false; }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point& start) {
+  const auto now = Clock::now();
+  const double s = std::chrono::duration<double>(now - start).count();
+  start = now;
+  return s;
+}
+
+}  // namespace
+
+void Exchange::validate_all(uint64_t iteration, const char* what, int& flagged) {
+  const int n = comm_.size();
+  validated_.clear();
+  validated_.reserve(static_cast<size_t>(n));
+  flagged = 0;
+  for (int r = 0; r < n; ++r) {
+    try {
+      validated_.push_back(ValidatedMessage::validate(received_[r], compressed_numels_));
+    } catch (const DecodeError& e) {
+      throw DecodeError(e.reason(), detail::concat(what, " from rank ", r, " of ", n,
+                                                   " (iteration ", iteration, "): ", e.what()));
+    }
+    const MessageInfo& info = validated_.back().info();
+    if (info.iteration != iteration) {
+      throw DecodeError(DecodeError::Reason::kMalformed,
+                        detail::concat(what, " from rank ", r, " is for iteration ", info.iteration,
+                                       " but this rank is at iteration ", iteration,
+                                       "; the ranks are out of step"));
+    }
+    if (info.flags & kFlagBadGradient) ++flagged;
+  }
+}
+
+// allgather / direct: this rank's one message to every rank.
+void Exchange::exchange_messages(uint64_t iteration, std::span<const Selection> selections,
+                                 uint16_t flags, int& flagged) {
+  auto clock = Clock::now();
+  MessageWriter writer(options_.value_type, iteration);
+  writer.set_flags(flags);
+  for (size_t i = 0; i < compressed_.size(); ++i) {
+    writer.add(static_cast<uint32_t>(i), compressed_numels_[i], selections[i].indices,
+               selections[i].values);
+  }
+  writer.finish(message_);
+  last_.message = message_.size();
+  timings_.encode += seconds_since(clock);
+
+  if (algorithm_ == ExchangeAlgorithm::kDirect) {
+    const std::vector<std::span<const uint8_t>> to_each(static_cast<size_t>(comm_.size()),
+                                                        message_);
+    received_ = comm_.alltoallv(to_each, options_.timeout);
+  } else {
+    received_ = comm_.allgatherv(message_, options_.timeout);
+  }
+  timings_.collective += seconds_since(clock);
+  validate_all(iteration, "message", flagged);
+  timings_.validate += seconds_since(clock);
+}
+
+// sparse-allreduce (sparse_allreduce.h): on return received_/validated_ hold the owners' kept
+// sums, one message per owner.
+void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> selections,
+                                uint16_t flags, int& flagged) {
+  const int n = comm_.size();
+  const int me = comm_.rank();
+  auto clock = Clock::now();
+
+  // 1. Split this rank's selection by region: one message per owner.
+  owner_messages_.resize(static_cast<size_t>(n));
+  MessageWriter writer(options_.value_type, iteration);
+  last_.message = 0;
+  for (int p = 0; p < n; ++p) {
+    writer.reset(options_.value_type, iteration);
+    writer.set_flags(flags);
+    const uint64_t lo = bounds_[p], hi = bounds_[p + 1];
+    for (size_t i = 0; i < compressed_.size(); ++i) {
+      const uint64_t begin = std::max(lo, offsets_[i]), end = std::min(hi, offsets_[i + 1]);
+      if (begin >= end) continue;
+      const auto& indices = selections[i].indices;
+      const auto first = std::lower_bound(indices.begin(), indices.end(),
+                                          static_cast<uint64_t>(begin - offsets_[i]),
+                                          [](uint32_t a, uint64_t b) { return a < b; });
+      const auto last = std::lower_bound(first, indices.end(),
+                                         static_cast<uint64_t>(end - offsets_[i]),
+                                         [](uint32_t a, uint64_t b) { return a < b; });
+      const auto from = static_cast<size_t>(first - indices.begin());
+      const auto count = static_cast<size_t>(last - first);
+      writer.add(static_cast<uint32_t>(i), compressed_numels_[i],
+                 std::span<const uint32_t>(indices).subspan(from, count),
+                 std::span<const float>(selections[i].values).subspan(from, count));
+    }
+    writer.finish(owner_messages_[p]);
+    last_.message += owner_messages_[p].size();
+  }
+  timings_.encode += seconds_since(clock);
+
+  // 2. Every rank's part of region `me` to this rank.
+  const std::vector<std::span<const uint8_t>> to_owner(owner_messages_.begin(),
+                                                       owner_messages_.end());
+  received_ = comm_.alltoallv(to_owner, options_.timeout);
+  timings_.collective += seconds_since(clock);
+  validate_all(iteration, "region message", flagged);
+  timings_.validate += seconds_since(clock);
+  if (flagged > 0) return;  // every rank saw every rank's flag: all stop here together
+
+  // 3. Reduce region `me` and keep the largest sums.
+  std::vector<std::vector<sparse::Entry>> streams(static_cast<size_t>(n));
+  std::vector<uint64_t> indices;
+  for (int r = 0; r < n; ++r) {
+    const uint64_t lo = bounds_[me], hi = bounds_[me + 1];
+    for_each_element(validated_[r], [&](uint32_t tensor, uint64_t index, float value) {
+      const uint64_t global = offsets_[tensor] + index;
+      if (global < lo || global >= hi) {
+        throw DecodeError(DecodeError::Reason::kOutOfRange,
+                          detail::concat("region message from rank ", r, " (iteration ",
+                                         iteration, "): index ", global, " outside this rank's "
+                                         "region [", lo, ", ", hi, "); the ranks disagree on "
+                                         "the region bounds"));
+      }
+      streams[r].push_back({global, value});
+    });
+  }
+  std::vector<sparse::Entry> reduced;
+  const uint64_t contributions = sparse::reduce_sorted(streams, reduced);
+  sparse::keep_largest(reduced, sparse::quota(contributions, n));
+  timings_.decode += seconds_since(clock);
+
+  // 4. The kept sums to every rank.
+  writer.reset(options_.value_type, iteration);
+  size_t at = 0;
+  for (size_t i = 0; i < compressed_.size() && at < reduced.size(); ++i) {
+    std::vector<uint32_t> local;
+    std::vector<float> values;
+    for (; at < reduced.size() && reduced[at].index < offsets_[i + 1]; ++at) {
+      local.push_back(static_cast<uint32_t>(reduced[at].index - offsets_[i]));
+      values.push_back(reduced[at].value);
+    }
+    if (!local.empty()) writer.add(static_cast<uint32_t>(i), compressed_numels_[i], local, values);
+  }
+  writer.finish(message_);
+  timings_.encode += seconds_since(clock);
+  // Every rank sends its kept sums straight to every rank (alltoallv with the same message):
+  // one round for the sizes and one for the payload, where a ring allgather would take N-1.
+  const std::vector<std::span<const uint8_t>> to_each(static_cast<size_t>(n), message_);
+  received_ = comm_.alltoallv(to_each, options_.timeout);
+  timings_.collective += seconds_since(clock);
+  int unused_flags = 0;
+  validate_all(iteration, "reduced region message", unused_flags);
+  // Owner p may only send sums of region p: otherwise positions would be applied twice and the
+  // hand-back below would be wrong. Checked before anything is written.
+  for (int p = 0; p < n; ++p) {
+    const uint64_t lo = bounds_[p], hi = bounds_[p + 1];
+    for_each_element(validated_[p], [&](uint32_t tensor, uint64_t index, float) {
+      const uint64_t global = offsets_[tensor] + index;
+      if (global < lo || global >= hi) {
+        throw DecodeError(DecodeError::Reason::kOutOfRange,
+                          detail::concat("reduced region message from rank ", p, " (iteration ",
+                                         iteration, "): index ", global, " outside its region [",
+                                         lo, ", ", hi, "); the ranks disagree on the region "
+                                         "bounds"));
+      }
+    });
+  }
+  timings_.validate += seconds_since(clock);
+}
+
 int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
                   std::span<const std::span<float>> updates, std::span<float> dense_flat,
-                  bool local_ok) {
+                  bool local_ok, std::span<Selection> unapplied) {
   DGC_CHECK_EQ(selections.size(), compressed_.size(), "one selection per compressed tensor");
   DGC_CHECK_EQ(updates.size(), compressed_.size(), "one update buffer per compressed tensor");
   DGC_CHECK_EQ(dense_flat.size(), dense_numel_, "dense_flat holds every dense-path element");
+  DGC_CHECK(unapplied.empty() || unapplied.size() == compressed_.size(),
+            "`unapplied` must be empty or hold one selection per compressed tensor, found ",
+            unapplied.size(), " for ", compressed_.size());
+  DGC_CHECK(algorithm_ != ExchangeAlgorithm::kSparseAllreduce || !unapplied.empty(),
+            "the sparse-allreduce exchange hands back what it did not apply: pass `unapplied` "
+            "and add it to the residual");
   for (size_t i = 0; i < compressed_.size(); ++i) {
     DGC_CHECK_EQ(updates[i].size(), compressed_numels_[i], "update buffer of tensor '",
                  layout_[compressed_[i]].name, "'");
   }
   const int n = comm_.size();
   const auto before = comm_.bytes();
+  timings_ = ExchangeTimings{};
+  last_ = ExchangeBytes{};
+  const uint16_t flags = local_ok ? 0 : kFlagBadGradient;
 
-  // 1. This rank's message: every compressed tensor's selection (and, without dense-path
-  // tensors, the bad-gradient flag as one byte after it).
-  MessageWriter writer(options_.value_type, iteration);
-  for (size_t i = 0; i < compressed_.size(); ++i) {
-    writer.add(static_cast<uint32_t>(i), compressed_numels_[i], selections[i].indices,
-               selections[i].values);
-  }
-  writer.finish(message_);
-  if (flag_in_message_) message_.push_back(local_ok ? 0 : 1);
-
-  // 2. Allgather the messages; 3. the bad-gradient flag: from the messages, or from the
-  // allreduce of the dense path.
-  const auto messages = comm_.allgatherv(message_, options_.timeout);
-  std::vector<std::span<const uint8_t>> codec_messages(messages.begin(), messages.end());
+  // 1-3. Encode, exchange, validate; every rank learns how many ranks flagged.
   int flagged = 0;
-  if (flag_in_message_) {
-    for (int r = 0; r < n; ++r) {
-      const uint8_t flag = codec_messages[r].empty() ? 0xFF : codec_messages[r].back();
-      if (flag > 1) {
-        throw DecodeError(
-            DecodeError::Reason::kMalformed,
-            detail::concat(
-                "message from rank ", r, " of ", n, " (iteration ", iteration, "): ",
-                codec_messages[r].empty()
-                    ? std::string("empty, no bad-gradient flag")
-                    : detail::concat("bad-gradient flag ", int{flag}, ", expected 0 or 1")));
-      }
-      flagged += flag;
-      codec_messages[r] = codec_messages[r].first(codec_messages[r].size() - 1);
-    }
+  if (algorithm_ == ExchangeAlgorithm::kSparseAllreduce) {
+    sparse_allreduce(iteration, selections, flags, flagged);
   } else {
-    std::copy(dense_flat.begin(), dense_flat.end(), dense_buffer_.begin());
-    dense_buffer_.back() = local_ok ? 0.0f : 1.0f;
-    comm_.allreduce_sum(dense_buffer_, options_.timeout);
-    flagged = static_cast<int>(std::lround(dense_buffer_.back()));
+    exchange_messages(iteration, selections, flags, flagged);
+  }
+  auto clock = Clock::now();
+  if (flagged == 0 && !dense_flat.empty()) {
+    comm_.allreduce_sum(dense_flat, options_.timeout);
+    timings_.collective += seconds_since(clock);
   }
 
   const auto after = comm_.bytes();
-  last_ = ExchangeBytes{};
-  last_.message = message_.size() + 4 * dense_numel_;
+  last_.message += 4 * dense_numel_;
   last_.dense_gradient = 4 * total_numel_;
   last_.wire_sent = after.sent - before.sent;
   last_.wire_received = after.received - before.received;
   last_.dense_wire_sent = comm::ring_allreduce_bytes(4 * total_numel_, n).sent;
   total_ += last_;
-
-  if (flagged > 0) return flagged;
-
-  // 4. Validate every message before writing anything.
-  std::vector<ValidatedMessage> validated;
-  validated.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    try {
-      validated.push_back(ValidatedMessage::validate(codec_messages[r], compressed_numels_));
-    } catch (const DecodeError& e) {
-      throw DecodeError(e.reason(), detail::concat("message from rank ", r, " of ", n,
-                                                   " (iteration ", iteration, "): ", e.what()));
-    }
-    const uint64_t message_iteration = validated.back().info().iteration;
-    if (message_iteration != iteration) {
-      throw DecodeError(DecodeError::Reason::kMalformed,
-                        detail::concat("message from rank ", r, " is for iteration ",
-                                       message_iteration, " but this rank is at iteration ",
-                                       iteration, "; the ranks are out of step"));
-    }
+  for (auto& u : unapplied) u.clear();
+  if (flagged > 0) {
+    applied_ = 0;
+    return flagged;
   }
 
-  // 5. Reset the update buffers: only the positions the previous call wrote when the buffers
+  // 4. Reset the update buffers: only the positions the previous call wrote when the buffers
   // are the same, else in full.
   bool same_buffers = written_known_ && written_buffers_.size() == updates.size();
   for (size_t i = 0; same_buffers && i < updates.size(); ++i) {
@@ -404,13 +558,45 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
     written_[i].clear();
   }
 
-  // 6. Sum the messages into the updates, recording the positions written.
+  // 5. Sum the messages into the updates, recording the positions written.
   const float scale = 1.0f / static_cast<float>(n);
-  for (const auto& m : validated) decode_add(m, updates, scale, written_);
+  for (const auto& m : validated_) decode_add(m, updates, scale, written_);
   written_buffers_.assign(updates.begin(), updates.end());
   written_known_ = true;
-  for (size_t i = 0; i < dense_flat.size(); ++i)
-    dense_flat[i] = dense_buffer_[i] / static_cast<float>(n);
+  for (float& x : dense_flat) x /= static_cast<float>(n);
+
+  applied_ = 0;
+  if (algorithm_ == ExchangeAlgorithm::kSparseAllreduce) {
+    // The owners' regions are disjoint and in rank order, so written_[i] is sorted and holds
+    // each applied position once.
+    std::vector<uint64_t> applied_global;
+    for (size_t i = 0; i < compressed_.size(); ++i) {
+      const auto& written = written_[i];
+      applied_ += written.size();
+      // 6. Hand back what this rank selected at positions nobody applied.
+      const auto& sel = selections[i];
+      size_t w = 0;
+      for (size_t j = 0; j < sel.indices.size(); ++j) {
+        while (w < written.size() && written[w] < sel.indices[j]) ++w;
+        if (w == written.size() || written[w] != sel.indices[j]) {
+          unapplied[i].indices.push_back(sel.indices[j]);
+          unapplied[i].values.push_back(sel.values[j]);
+        }
+      }
+    }
+    // 7. Re-balance the regions by where the applied positions fell (the same on every rank).
+    if (++sparse_runs_ % static_cast<uint64_t>(options_.rebalance_interval) == 1 ||
+        options_.rebalance_interval == 1) {
+      applied_global.reserve(applied_);
+      for (size_t i = 0; i < compressed_.size(); ++i) {
+        for (uint64_t index : written_[i]) applied_global.push_back(offsets_[i] + index);
+      }
+      bounds_ = sparse::balanced_bounds(applied_global, offsets_.back(), n);
+    }
+  } else {
+    for (const auto& written : written_) applied_ += written.size();
+  }
+  timings_.decode += seconds_since(clock);
   return 0;
 }
 

@@ -1,9 +1,11 @@
 // The DGC exchange: one fused message per worker per iteration over a dgc::comm::Communicator.
 //
 // Per iteration every rank encodes its selections for all compressed tensors into one message
-// (the core codec), the messages are allgathered, and every rank decodes all of them into the
-// update buffers (colliding indices add), scaled by 1/N. Tensors on the dense path travel fused
-// in one flat buffer, one allreduce per iteration, averaged.
+// (the core codec, with the bad-gradient flag in its checksummed header), the messages travel by
+// the configured algorithm (algorithm.h: allgather, direct all-to-all, or the sparse allreduce
+// of sparse_allreduce.h), and every rank decodes them into the update buffers (colliding indices
+// add), scaled by 1/N. Tensors on the dense path travel fused in one flat buffer, one allreduce
+// per iteration, averaged.
 //
 // All functions here are collective unless stated otherwise.
 #pragma once
@@ -15,9 +17,11 @@
 #include <vector>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/core/codec.h"
 #include "dgc/core/options.h"
 #include "dgc/core/policy.h"
 #include "dgc/core/selection.h"
+#include "dgc/exchange/algorithm.h"
 
 namespace dgc {
 
@@ -36,6 +40,12 @@ std::vector<TensorSpec> make_layout(
 struct ExchangeOptions {
   ValueType value_type = ValueType::kFloat32;
   comm::Timeout timeout = comm::kDefaultTimeout;
+  // The collective (algorithm.h). kAuto picks one with choose_algorithm(N, density, numel).
+  ExchangeAlgorithm algorithm = ExchangeAlgorithm::kAllgather;
+  // The density after warm-up, for kAuto's rule only.
+  double density = 0.001;
+  // kSparseAllreduce: runs between re-balances of the region bounds (>= 1).
+  int rebalance_interval = 16;
   // Free-form description of every setting that all ranks must agree on (density, momentum,
   // schedules, ...), as "key=value" lines. The handshake compares it line by line.
   std::string settings;
@@ -54,6 +64,21 @@ struct ExchangeBytes {
   ExchangeBytes& operator+=(const ExchangeBytes& other);
 };
 
+// Seconds spent in each phase of the last Exchange::run on this rank (steady clock):
+//   encode:     building this rank's message(s) (for sparse-allreduce also the owner's message of
+//               kept sums);
+//   collective: the communicator calls (allgatherv / alltoallv, the dense allreduce);
+//   validate:   ValidatedMessage::validate of every received message;
+//   decode:     everything else: the owner's reduction and re-selection, resetting and adding into
+//               the update buffers, the unapplied hand-back, the dense average.
+struct ExchangeTimings {
+  double encode = 0.0;
+  double collective = 0.0;
+  double validate = 0.0;
+  double decode = 0.0;
+  double total() const { return encode + collective + validate + decode; }
+};
+
 // The "key=value" lines of a settings string as a map (a line without '=' maps to ""; empty
 // lines and trailing '\r' are ignored). Not collective.
 std::map<std::string, std::string> parse_settings(const std::string& settings);
@@ -70,8 +95,13 @@ void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<fl
 
 class Exchange {
  public:
-  // Runs the handshake. `comm` must outlive the Exchange.
+  // Runs the handshake; the requested and the resolved algorithm are among the settings every
+  // rank must share ("exchange.algorithm"), so a rank started with another --exchange stops every
+  // rank with a MismatchError. `comm` must outlive the Exchange.
   Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout, ExchangeOptions options);
+
+  // The algorithm run() uses (never kAuto).
+  ExchangeAlgorithm algorithm() const { return algorithm_; }
 
   const std::vector<TensorSpec>& layout() const { return layout_; }
   // Indices into layout() of the compressed and dense tensors, in layout order.
@@ -84,10 +114,15 @@ class Exchange {
   //                  position no rank selected is 0).
   //   dense_flat:    the dense-path gradients concatenated in layout order; replaced in place by
   //                  their average over ranks.
-  //   local_ok:      false if this rank's gradient was bad (non-finite). With dense-path
-  //                  tensors the flag travels with the dense allreduce (one extra float); without
-  //                  them it travels as one byte after this rank's message and no allreduce
-  //                  runs. Either way every rank learns how many ranks flagged.
+  //   local_ok:      false if this rank's gradient was bad (non-finite): the flag travels in the
+  //                  header of this rank's message(s) (kFlagBadGradient), so every rank learns
+  //                  how many ranks flagged before anything is applied.
+  //   unapplied:     empty, or one Selection per compressed tensor: overwritten with the
+  //                  (index, value) pairs of selections[i] that the exchange did not apply
+  //                  (sorted by index, values as selected). Always empty for allgather and
+  //                  direct; sparse-allreduce drops what its re-selection did not keep, and a
+  //                  caller must give it back to the residual, so with that algorithm
+  //                  `unapplied` is required (dgc::InvalidArgument otherwise).
   // Update buffers: pass the same buffers every iteration and do not write to them between
   // calls. The exchange then resets only the positions it wrote in the previous call instead of
   // zeroing every buffer (most of the decode time at d = 0.001). When a buffer's address or size
@@ -99,15 +134,29 @@ class Exchange {
   // Throws dgc::CommError / dgc::DecodeError; on a DecodeError it names the sending rank.
   int run(uint64_t iteration, std::span<const Selection> selections,
           std::span<const std::span<float>> updates, std::span<float> dense_flat,
-          bool local_ok = true);
+          bool local_ok = true, std::span<Selection> unapplied = {});
 
   // Makes the next run() zero the update buffers in full (not thread-safe with run()).
   void forget_updates();
 
   const ExchangeBytes& last() const { return last_; }
   const ExchangeBytes& total() const { return total_; }
+  const ExchangeTimings& last_timings() const { return timings_; }
+  // Elements the last run() added into the updates, over all tensors: allgather and direct count
+  // a position once per rank that selected it, sparse-allreduce counts distinct positions.
+  uint64_t last_applied() const { return applied_; }
+  // sparse-allreduce: the current region bounds in the global index space (size N + 1).
+  const std::vector<uint64_t>& region_bounds() const { return bounds_; }
 
  private:
+  // The messages of one iteration by algorithm: on return `received` holds every message this
+  // rank decodes into its updates (one per rank), validated.
+  void exchange_messages(uint64_t iteration, std::span<const Selection> selections,
+                         uint16_t flags, int& flagged);
+  void sparse_allreduce(uint64_t iteration, std::span<const Selection> selections,
+                        uint16_t flags, int& flagged);
+  void validate_all(uint64_t iteration, const char* what, int& flagged);
+
   comm::Communicator& comm_;
   std::vector<TensorSpec> layout_;
   ExchangeOptions options_;
@@ -116,10 +165,17 @@ class Exchange {
   std::vector<uint64_t> compressed_numels_;
   uint64_t dense_numel_ = 0;  // elements of all dense-path tensors
   uint64_t total_numel_ = 0;  // elements of all tensors
+  ExchangeAlgorithm algorithm_ = ExchangeAlgorithm::kAllgather;
+  std::vector<uint64_t> offsets_;  // global index of each compressed tensor's first element
   std::vector<uint8_t> message_;
-  std::vector<float> dense_buffer_;  // dense_flat + the bad-gradient flag
-  // Without dense-path tensors the flag is one byte after the codec message (no allreduce).
-  bool flag_in_message_ = false;
+  std::vector<std::vector<uint8_t>> received_;  // the messages of the current phase, by rank
+  std::vector<ValidatedMessage> validated_;     // ... validated (refer into received_)
+  // sparse-allreduce state
+  std::vector<uint64_t> bounds_;
+  uint64_t sparse_runs_ = 0;
+  std::vector<std::vector<uint8_t>> owner_messages_;
+  ExchangeTimings timings_;
+  uint64_t applied_ = 0;
   // Per compressed tensor, the positions the last run() wrote into the buffers in
   // written_buffers_; valid only while written_known_.
   std::vector<std::vector<uint64_t>> written_;

@@ -86,6 +86,8 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
   exchange_options.value_type = options_.compressor.value_type;
   exchange_options.timeout = options_.timeout;
   exchange_options.settings = settings_;
+  exchange_options.algorithm = options_.exchange;
+  exchange_options.density = options_.density.density;
   exchange_ = std::make_unique<Exchange>(comm_, std::move(layout), exchange_options);
 
   const auto& compressed = exchange_->compressed_tensors();
@@ -97,6 +99,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
     compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
     compressor_ = std::make_unique<Compressor>(numels, compressor_options);
     selections_.resize(compressed.size());
+    unapplied_.resize(compressed.size());
     for (const int64_t n : numels) {
       updates_.emplace_back(static_cast<size_t>(n), 0.0f);
       decay_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
@@ -218,7 +221,7 @@ void DistributedOptimizer::step() {
   for (auto& u : updates_) update_spans.emplace_back(u);
   const auto exchange_start = Clock::now();
   const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), selections_, update_spans,
-                                       dense_flat_, local_ok);
+                                       dense_flat_, local_ok, unapplied_);
   const auto exchange_end = Clock::now();
   timings_.compress = seconds(start, exchange_start);
   timings_.exchange = seconds(exchange_start, exchange_end);
@@ -233,6 +236,11 @@ void DistributedOptimizer::step() {
         ". Nothing was applied. Lower the learning rate (--lr), enable gradient clipping "
         "(--clip-norm) or a longer warm-up (--lr-warmup-epochs), and restart from the last "
         "checkpoint (--resume)"));
+  }
+
+  // What this rank selected but the exchange did not apply stays in its residual.
+  for (size_t i = 0; i < unapplied_.size(); ++i) {
+    if (!unapplied_[i].indices.empty()) compressor_->return_to_velocity(i, unapplied_[i]);
   }
 
   // Dense baseline: clip the averaged gradient as dense training would.

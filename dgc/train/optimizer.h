@@ -7,8 +7,10 @@
 //   2. DGC: clip locally (clip_norm / sqrt(N)), then the Compressor's step per compressed tensor
 //      (momentum correction, selection at the scheduled density, masking); dense-path tensors are
 //      copied into one flat buffer;
-//   3. the Exchange: allgather of the compressed messages (sum / N into `update`) and one
-//      allreduce-average of the dense buffer, with this rank's "gradient ok" flag;
+//   3. the Exchange (options.exchange: allgather, direct or sparse-allreduce) of the compressed
+//      messages (sum / N into `update`) and one allreduce-average of the dense buffer, with this
+//      rank's "gradient ok" flag in the message header; what this rank selected but the exchange
+//      did not apply (sparse-allreduce) goes back into its velocity (Compressor::return_to_velocity);
 //   4. if any rank flagged a non-finite gradient: every rank restores the compressor state it had
 //      before the step and throws dgc::NumericError (weights, momenta, iteration: all unchanged);
 //   5. update at the scheduled learning rate lr:
@@ -113,6 +115,7 @@ class DistributedOptimizer {
 
   // Per compressed tensor (index into exchange_->compressed_tensors()).
   std::vector<Selection> selections_;
+  std::vector<Selection> unapplied_;  // what the exchange handed back, per compressed tensor
   std::vector<std::vector<float>> updates_;
   std::vector<std::vector<float>> decay_momentum_;  // weight-decay momentum b
   // Per dense tensor: ordinary momentum u, and its offset in the flat buffer.

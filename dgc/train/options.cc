@@ -75,7 +75,8 @@ std::string describe(const OptimizerOptions& o) {
         << c.selection.max_rounds << "\n"
         << "value_type=" << dgc::to_string(c.value_type) << "\n"
         << "min_compress_numel=" << o.policy.min_numel << "\n"
-        << "compress_1d=" << o.policy.compress_1d << "\n";
+        << "compress_1d=" << o.policy.compress_1d << "\n"
+        << "exchange=" << dgc::to_string(o.exchange) << "\n";
   }
   return out.str();
 }

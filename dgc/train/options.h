@@ -10,6 +10,7 @@
 #include "dgc/core/options.h"
 #include "dgc/core/policy.h"
 #include "dgc/core/schedule.h"
+#include "dgc/exchange/algorithm.h"
 
 namespace dgc::train {
 
@@ -26,6 +27,11 @@ struct OptimizerOptions {
   // compressor. momentum.momentum and momentum.nesterov also drive the dense path (and the dense
   // baseline). compression.density is not used: the density comes from `density` below.
   CompressionOptions compressor;
+
+  // The collective of the compressed tensors' exchange (dgc/exchange/algorithm.h; kAuto picks by
+  // world size, density and model size). With sparse-allreduce what a rank selected but the
+  // exchange did not apply goes back into its velocity. Ignored with kNone.
+  ExchangeAlgorithm exchange = ExchangeAlgorithm::kAllgather;
 
   // Which tensors are compressed (ignored with kNone: everything is dense).
   PolicyOptions policy;

@@ -1,6 +1,6 @@
 // A rank of a multi-process comm test (see worker_common.h for how it connects).
 //
-//   comm_worker collectives ...   every collective once, with rank-distinct data whose result
+//   comm_worker collectives ...   every collective once (alltoallv included), with rank-distinct data whose result
 //                                 has a closed form; exits 0 if all match, 2 otherwise.
 //   comm_worker loop --iterations K [--stall-rank R --stall-at I] ...
 //                                 K rounds of allreduce + allgatherv, printing "iteration i"
@@ -44,6 +44,28 @@ int collectives(Communicator& comm) {
       }
       ok = check(same, "allgatherv payload of every rank", r) && ok;
     }
+  }
+
+  // alltoallv: rank i sends (i * 100 + p * 10) bytes of pattern (i * 7 + p * 3 + j) mod 251 to
+  // rank p (so rank 0 sends nothing to itself and rank 0's message to rank 0 is empty).
+  {
+    auto length = [](int from, int to) { return static_cast<size_t>(from * 100 + to * 10); };
+    auto byte = [](int from, int to, size_t j) {
+      return static_cast<uint8_t>((from * 7 + to * 3 + j) % 251);
+    };
+    std::vector<std::vector<uint8_t>> to(n);
+    for (int p = 0; p < n; ++p) {
+      to[p].resize(length(r, p));
+      for (size_t j = 0; j < to[p].size(); ++j) to[p][j] = byte(r, p, j);
+    }
+    const std::vector<std::span<const uint8_t>> spans(to.begin(), to.end());
+    const auto got = comm.alltoallv(spans);
+    bool same = static_cast<int>(got.size()) == n;
+    for (int p = 0; same && p < n; ++p) {
+      same = got[p].size() == length(p, r);
+      for (size_t j = 0; same && j < got[p].size(); ++j) same = got[p][j] == byte(p, r, j);
+    }
+    ok = check(same, "alltoallv payload from every rank", r) && ok;
   }
 
   // allreduce: values[j] = rank + j % 5 -> sum = n(n-1)/2 + n * (j % 5), exact in float.

@@ -99,6 +99,114 @@ TEST(Allgatherv, OnlySomeRanksSendEmptyMessages) {
   });
 }
 
+// ---- alltoallv over world sizes x message sizes ----
+
+// Rank `from` sends length(from, to) bytes of pattern(from * 16 + to, j) to rank `to`; some pairs
+// send nothing (every third pair, and everything when bytes == 0).
+size_t pair_length(size_t bytes, int from, int to) {
+  if (bytes == 0 || (from + 2 * to) % 3 == 0) return 0;
+  return bytes + static_cast<size_t>(from * 3 + to);
+}
+
+class AlltoallvTest : public ::testing::TestWithParam<GatherCase> {};
+
+TEST_P(AlltoallvTest, EveryRankGetsWhatEachPeerSentIt) {
+  const auto [n, bytes] = GetParam();
+  run_local(n, quick(), [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<std::vector<uint8_t>> to(n);
+    for (int p = 0; p < n; ++p) {
+      to[p].resize(pair_length(bytes, r, p));
+      for (size_t j = 0; j < to[p].size(); ++j) to[p][j] = pattern(r * 16 + p, j);
+    }
+    const std::vector<std::span<const uint8_t>> spans(to.begin(), to.end());
+    for (int round = 0; round < 2; ++round) {
+      const auto before = comm.bytes();
+      const auto got = comm.alltoallv(spans);
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      uint64_t sent = 0, received = 0;
+      for (int p = 0; p < n; ++p) {
+        ASSERT_EQ(got[p].size(), pair_length(bytes, p, r)) << "from rank " << p << " on " << r;
+        for (size_t j = 0; j < got[p].size(); ++j) {
+          ASSERT_EQ(got[p][j], pattern(p * 16 + r, j)) << "byte " << j << " from rank " << p;
+        }
+        if (p != r) {
+          sent += 8 + pair_length(bytes, r, p);
+          received += 8 + pair_length(bytes, p, r);
+        }
+      }
+      // Direct: sizes (8 bytes per peer) then each payload once; nothing forwarded.
+      EXPECT_EQ(comm.bytes().sent - before.sent, sent);
+      EXPECT_EQ(comm.bytes().received - before.received, received);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizesAndMessageSizes, AlltoallvTest,
+                         ::testing::ValuesIn(gather_cases()), [](const auto& param_info) {
+                           return "n" + std::to_string(param_info.param.world_size) + "_bytes" +
+                                  std::to_string(param_info.param.bytes);
+                         });
+
+TEST(Alltoallv, RejectsAWrongNumberOfMessagesBeforeSendingAnything) {
+  run_local(2, quick(), [](Communicator& comm) {
+    const std::vector<uint8_t> one(3, 1);
+    const std::vector<std::span<const uint8_t>> too_few = {one};
+    EXPECT_THROW(comm.alltoallv(too_few), InvalidArgument);
+    // The communicator is still usable: nothing was sent.
+    const std::vector<std::span<const uint8_t>> right = {one, one};
+    const auto got = comm.alltoallv(right);
+    EXPECT_EQ(got[1 - comm.rank()].size(), 3u);
+  });
+}
+
+TEST(Alltoallv, StalledRankMakesEveryOtherRankFailWithinTheTimeout) {
+  constexpr int n = 4;
+  constexpr int stalled = 1;
+  const milliseconds timeout(1500);
+  std::mutex mutex;
+  std::vector<std::string> errors(n);
+  std::vector<milliseconds> elapsed(n, milliseconds(0));
+  int timed_out = 0;
+  std::atomic<int> finished{0};
+  run_local(n, quick(), [&](Communicator& comm) {
+    const std::vector<uint8_t> m(100, 7);
+    const std::vector<std::span<const uint8_t>> spans(n, m);
+    comm.alltoallv(spans, milliseconds(10000));  // everyone is connected and working
+    if (comm.rank() == stalled) {
+      const auto deadline = Clock::now() + milliseconds(15000);  // bounded
+      while (finished.load() < n - 1 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      return;
+    }
+    const auto start = Clock::now();
+    std::string error = "no error";
+    bool was_timeout = false;
+    try {
+      comm.alltoallv(spans, timeout);
+    } catch (const TimeoutError& e) {
+      error = e.what();
+      was_timeout = true;
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    std::lock_guard lock(mutex);
+    errors[comm.rank()] = error;
+    elapsed[comm.rank()] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    timed_out += was_timeout ? 1 : 0;
+    finished.fetch_add(1);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == stalled) continue;
+    EXPECT_NE(errors[r], "no error") << "rank " << r;
+    EXPECT_LE(elapsed[r], timeout + milliseconds(3000)) << "rank " << r << ": " << errors[r];
+    std::printf("rank %d after %lld ms: %s\n", r, static_cast<long long>(elapsed[r].count()),
+                errors[r].c_str());
+  }
+  EXPECT_GE(timed_out, 1) << "the ranks waiting on the stalled one report a TimeoutError";
+}
+
 // ---- allreduce, broadcast, barrier ----
 
 class CollectivesTest : public ::testing::TestWithParam<int> {};
@@ -394,6 +502,16 @@ TEST(WireBytes, RingAllgathervForwardsAllButTheNextRanksMessage) {
     EXPECT_EQ(c.received, 100 - sizes[r]);
   }
   EXPECT_EQ(ring_allgatherv_bytes(std::vector<uint64_t>{5}, 0).sent, 0u);
+}
+
+TEST(WireBytes, DirectAlltoallvSendsEachPayloadOnceAndEightBytesPerPeer) {
+  const std::vector<uint64_t> send = {5, 10, 20}, receive = {1, 2, 3};
+  const ByteCounters c = direct_alltoallv_bytes(send, receive, 1);
+  EXPECT_EQ(c.sent, 8 + 5 + 8 + 20u);
+  EXPECT_EQ(c.received, 8 + 1 + 8 + 3u);
+  const std::vector<uint64_t> one = {9};
+  EXPECT_EQ(direct_alltoallv_bytes(one, one, 0).sent, 0u);
+  EXPECT_THROW(direct_alltoallv_bytes(send, one, 0), InvalidArgument);
 }
 
 TEST(WireBytes, RingAllreduceSendsTwoNMinusOneOverNOfTheBuffer) {

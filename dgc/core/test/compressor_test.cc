@@ -216,6 +216,37 @@ INSTANTIATE_TEST_SUITE_P(ValueTypes, NothingLostTest,
                          ::testing::Values(ValueType::kFloat32, ValueType::kFloat16,
                                            ValueType::kBFloat16));
 
+// What the exchange did not apply goes back into v: after returning the unapplied part of a
+// selection, v equals the velocity before masking everywhere (selected = applied + returned).
+TEST(Step, ReturnToVelocityRestoresTheUnappliedPart) {
+  const size_t n = 5000;
+  CompressionOptions options;
+  options.density = 0.02;
+  Compressor compressor({static_cast<int64_t>(n)}, options);
+  Selection s;
+  compressor.step(0, test::normal_values(n, 11), options.density, s);
+  const std::vector<float> masked(compressor.velocity(0).begin(), compressor.velocity(0).end());
+  ASSERT_GT(s.indices.size(), 10u);
+  Selection unapplied;  // every other selected element was not applied
+  for (size_t j = 0; j < s.indices.size(); j += 2) {
+    unapplied.indices.push_back(s.indices[j]);
+    unapplied.values.push_back(s.values[j]);
+  }
+  compressor.return_to_velocity(0, unapplied);
+  const auto v = compressor.velocity(0);
+  for (size_t j = 0; j < s.indices.size(); ++j) {
+    EXPECT_EQ(v[s.indices[j]], j % 2 == 0 ? s.values[j] : 0.0f) << j;  // masking left 0 there
+  }
+  size_t changed = 0;
+  for (size_t i = 0; i < n; ++i) changed += v[i] != masked[i];
+  EXPECT_EQ(changed, unapplied.indices.size());
+  Selection bad;
+  bad.indices = {static_cast<uint32_t>(n)};
+  bad.values = {1.0f};
+  EXPECT_THROW(compressor.return_to_velocity(0, bad), InvalidArgument);
+  EXPECT_THROW(compressor.return_to_velocity(1, unapplied), InvalidArgument);
+}
+
 TEST(Step, SixteenBitResidualKeepsTheRoundingError) {
   CompressionOptions options;
   options.density = 1.0;

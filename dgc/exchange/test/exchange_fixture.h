@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -13,6 +14,7 @@
 
 #include "dgc/core/selection.h"
 #include "dgc/exchange/exchange.h"
+#include "dgc/exchange/reference.h"
 
 namespace dgc::test {
 
@@ -52,20 +54,81 @@ inline Selection random_selection(uint64_t numel, size_t count, uint64_t seed) {
   return s;
 }
 
+// How the ranks' indices fall.
+enum class Pattern {
+  kColliding,  // random_selection: 0 and numel - 1 on every rank, the rest in a narrow range
+  kUniform,    // uniform over the tensor
+  kSkewed,     // most indices near the start of the tensor (numel * u^4)
+  kDisjoint,   // rank r only at indices = r (mod 8): no two ranks (N <= 8) share one
+  kEmpty,      // even ranks send nothing; every rank sends nothing at even iterations
+};
+
+inline const char* pattern_name(Pattern p) {
+  switch (p) {
+    case Pattern::kColliding:
+      return "colliding";
+    case Pattern::kUniform:
+      return "uniform";
+    case Pattern::kSkewed:
+      return "skewed";
+    case Pattern::kDisjoint:
+      return "disjoint";
+    case Pattern::kEmpty:
+      return "empty";
+  }
+  return "?";
+}
+
+inline Selection pattern_selection(Pattern pattern, uint64_t numel, size_t count, int rank,
+                                   uint64_t iteration, uint64_t seed) {
+  if (pattern == Pattern::kColliding) return random_selection(numel, count, seed);
+  std::mt19937_64 rng(seed);
+  std::set<uint32_t> indices;
+  if (pattern == Pattern::kEmpty && (rank % 2 == 0 || iteration % 2 == 0)) count = 0;
+  count = std::min<size_t>(count, numel / 8);
+  for (size_t tries = 0; indices.size() < count && tries < 100 * count; ++tries) {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    uint64_t index = 0;
+    switch (pattern) {
+      case Pattern::kSkewed:
+        index = static_cast<uint64_t>(static_cast<double>(numel) * u * u * u * u);
+        break;
+      case Pattern::kDisjoint:
+        index = 8 * static_cast<uint64_t>(u * static_cast<double>(numel / 8)) +
+                static_cast<uint64_t>(rank);
+        break;
+      default:
+        index = static_cast<uint64_t>(u * static_cast<double>(numel));
+        break;
+    }
+    if (index < numel) indices.insert(static_cast<uint32_t>(index));
+  }
+  Selection s;
+  s.indices.assign(indices.begin(), indices.end());
+  for (size_t i = 0; i < s.indices.size(); ++i) {
+    float v = static_cast<float>(static_cast<int64_t>(rng() % 257) - 128) / 64.0f;
+    if (v == 0.0f) v = 1.0f / 64.0f;
+    s.values.push_back(v);
+  }
+  return s;
+}
+
 // This rank's inputs for one iteration.
 struct RankInputs {
   std::vector<Selection> selections;  // per compressed tensor
   std::vector<float> dense;           // the dense-path tensors, concatenated
 };
 
-inline RankInputs rank_inputs(const std::vector<TensorSpec>& layout, int rank, uint64_t iteration) {
+inline RankInputs rank_inputs(const std::vector<TensorSpec>& layout, int rank, uint64_t iteration,
+                              Pattern pattern = Pattern::kColliding) {
   RankInputs in;
   size_t c = 0;
   for (size_t t = 0; t < layout.size(); ++t) {
     const auto numel = static_cast<uint64_t>(layout[t].numel());
     if (layout[t].path == TensorPath::kCompressed) {
       const size_t count = 5 + (rank * 3 + iteration) % 17;
-      in.selections.push_back(random_selection(numel, count, seed_of(rank, iteration, c++)));
+      in.selections.push_back(
+          pattern_selection(pattern, numel, count, rank, iteration, seed_of(rank, iteration, c++)));
     } else {
       for (uint64_t j = 0; j < numel; ++j) {
         in.dense.push_back(0.5f * static_cast<float>(rank + 1) + static_cast<float>(j % 3) -
@@ -84,13 +147,13 @@ struct Expected {
 };
 
 inline Expected expected_result(const std::vector<TensorSpec>& layout, int world_size,
-                                uint64_t iteration) {
+                                uint64_t iteration, Pattern pattern = Pattern::kColliding) {
   Expected e;
   for (const auto& t : layout) {
     if (t.path == TensorPath::kCompressed) e.updates.emplace_back(t.numel(), 0.0);
   }
   for (int r = 0; r < world_size; ++r) {
-    const auto in = rank_inputs(layout, r, iteration);
+    const auto in = rank_inputs(layout, r, iteration, pattern);
     for (size_t c = 0; c < in.selections.size(); ++c) {
       for (size_t i = 0; i < in.selections[c].indices.size(); ++i) {
         e.updates[c][in.selections[c].indices[i]] += in.selections[c].values[i];
@@ -119,6 +182,64 @@ inline double max_error(const Expected& e, const std::vector<std::vector<float>>
     worst = std::max(worst, std::abs(dense[j] - e.dense[j]));
   }
   return worst;
+}
+
+// Every rank's `unapplied`, gathered through the communicator (u32 count, then u32 indices and
+// float values, per compressed tensor).
+inline std::vector<std::vector<Selection>> gather_unapplied(comm::Communicator& comm,
+                                                     const std::vector<Selection>& mine) {
+  std::vector<uint8_t> bytes;
+  auto put = [&](const void* p, size_t size) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + size);
+  };
+  for (const auto& s : mine) {
+    const auto count = static_cast<uint32_t>(s.indices.size());
+    put(&count, 4);
+    put(s.indices.data(), 4 * s.indices.size());
+    put(s.values.data(), 4 * s.values.size());
+  }
+  std::vector<std::vector<Selection>> all;
+  for (const auto& m : comm.allgatherv(bytes, comm.default_timeout())) {
+    std::vector<Selection> theirs(mine.size());
+    size_t at = 0;
+    for (auto& s : theirs) {
+      uint32_t count = 0;
+      std::memcpy(&count, m.data() + at, 4);
+      at += 4;
+      s.indices.resize(count);
+      s.values.resize(count);
+      std::memcpy(s.indices.data(), m.data() + at, 4 * count);
+      at += 4 * count;
+      std::memcpy(s.values.data(), m.data() + at, 4 * count);
+      at += 4 * count;
+    }
+    all.push_back(std::move(theirs));
+  }
+  return all;
+}
+
+// The reference check of every compressed tensor of this rank's updates at `iteration`
+// (reference.h), with every rank's `unapplied` gathered through `comm` (collective). Returns the
+// number of problems; `first` gets the first one.
+inline int64_t check_against_reference(comm::Communicator& comm,
+                                       const std::vector<TensorSpec>& layout, uint64_t iteration,
+                                       Pattern pattern, const std::vector<Selection>& unapplied,
+                                       const std::vector<std::vector<float>>& updates,
+                                       ValueType type, std::string& first) {
+  const auto all_unapplied = gather_unapplied(comm, unapplied);
+  int64_t problems = 0;
+  for (size_t c = 0; c < updates.size(); ++c) {
+    std::vector<Selection> selected, back;
+    for (int r = 0; r < comm.size(); ++r) {
+      selected.push_back(rank_inputs(layout, r, iteration, pattern).selections[c]);
+      back.push_back(all_unapplied[r][c]);
+    }
+    const ReferenceCheck check = check_update(selected, back, updates[c], type);
+    problems += check.mismatches;
+    if (first.empty()) first = check.first;
+  }
+  return problems;
 }
 
 // Spans over a vector of buffers, as Exchange::run takes them.

@@ -1,9 +1,12 @@
-// The exchange across real processes: `mpirun -np 4`, and four processes meeting through
-// MASTER_ADDR/MASTER_PORT on 127.0.0.1; a layout mismatch stops every process with the same
-// MismatchError.
+// The exchange across real processes, with every algorithm: `mpirun -np 4`, and four processes
+// meeting through MASTER_ADDR/MASTER_PORT on 127.0.0.1; a layout or algorithm mismatch stops
+// every process with the same MismatchError; a killed peer during each algorithm ends every
+// survivor with an error within the timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int kWorld = 4;
+const char* const kAlgorithms[] = {"allgather", "direct", "sparse-allreduce"};
 
 std::vector<std::unique_ptr<Process>> start_torchrun(const TempDir& dir,
                                                      const std::vector<std::string>& args) {
@@ -37,32 +41,99 @@ std::vector<std::unique_ptr<Process>> start_torchrun(const TempDir& dir,
 }
 
 TEST(ExchangeMultiProcess, FourProcessesThroughMasterAddrAndPort) {
-  TempDir dir("dgc-exchange-tcp-");
-  auto procs = start_torchrun(dir, {"run", "--iterations", "4", "--timeout-ms", "20000"});
-  for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(60000))) << all_output(procs);
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_EQ(procs[r]->exit_code(), kExitOk) << all_output(procs);
-    EXPECT_NE(procs[r]->output().find("exchange ok"), std::string::npos) << all_output(procs);
+  for (int a = 0; a < 3; ++a) {
+    TempDir dir("dgc-exchange-tcp-");
+    auto procs = start_torchrun(dir, {"run", "--iterations", "4", "--exchange",
+                                      std::to_string(a), "--timeout-ms", "20000"});
+    for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(60000))) << all_output(procs);
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(procs[r]->exit_code(), kExitOk) << all_output(procs);
+      EXPECT_NE(procs[r]->output().find(std::string(kAlgorithms[a]) + "): exchange ok"),
+                std::string::npos)
+          << all_output(procs);
+    }
+    const std::string out = procs[0]->output();
+    std::printf("%s", out.substr(out.find("rank 0 of")).c_str());
   }
-  std::printf("%s", procs[0]->output().c_str());
 }
 
 TEST(ExchangeMultiProcess, MpirunFourRanks) {
   if (!DGC_WITH_MPI) GTEST_SKIP() << "built without MPI";
-  TempDir dir("dgc-exchange-mpi-");
-  std::vector<std::string> env = kNoLaunchVars;
-  env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-  env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  Process mpirun({DGC_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
-                  std::to_string(kWorld), DGC_EXCHANGE_WORKER, "run", "--iterations", "4",
-                  "--timeout-ms", "20000"},
-                 env, dir.path() + "/mpirun.log");
-  ASSERT_TRUE(mpirun.wait_for(milliseconds(90000))) << mpirun.output();
-  EXPECT_EQ(mpirun.exit_code(), kExitOk) << mpirun.output();
+  for (int a = 0; a < 3; ++a) {
+    TempDir dir("dgc-exchange-mpi-");
+    std::vector<std::string> env = kNoLaunchVars;
+    env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+    Process mpirun({DGC_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                    "-np", std::to_string(kWorld), DGC_EXCHANGE_WORKER, "run", "--iterations", "4",
+                    "--exchange", std::to_string(a), "--timeout-ms", "20000"},
+                   env, dir.path() + "/mpirun.log");
+    ASSERT_TRUE(mpirun.wait_for(milliseconds(90000))) << mpirun.output();
+    EXPECT_EQ(mpirun.exit_code(), kExitOk) << mpirun.output();
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_NE(mpirun.output().find("rank " + std::to_string(r) + " of 4 (mpi, " +
+                                     kAlgorithms[a] + "): exchange ok"),
+                std::string::npos)
+          << mpirun.output();
+    }
+  }
+}
+
+TEST(ExchangeMultiProcess, AlgorithmMismatchStopsEveryProcessWithTheSameError) {
+  TempDir dir("dgc-exchange-algorithm-mismatch-");
+  auto procs = start_torchrun(
+      dir, {"run", "--exchange", "1", "--mismatch-exchange-rank", "3", "--timeout-ms", "30000"});
+  for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(20000))) << all_output(procs);
   for (int r = 0; r < kWorld; ++r) {
-    EXPECT_NE(mpirun.output().find("rank " + std::to_string(r) + " of 4 (mpi): exchange ok"),
-              std::string::npos)
-        << mpirun.output();
+    const std::string out = procs[r]->output();
+    EXPECT_EQ(procs[r]->exit_code(), kExitMismatch) << out;
+    EXPECT_NE(out.find("setting 'exchange.algorithm'"), std::string::npos) << out;
+    EXPECT_NE(out.find("rank 0 has 'direct (direct)'"), std::string::npos) << out;
+    EXPECT_NE(out.find("rank 3 has 'sparse-allreduce (sparse-allreduce)'"), std::string::npos)
+        << out;
+  }
+}
+
+// A peer SIGKILLed in the middle of a run: every survivor ends with a CommError or TimeoutError
+// well within the timeout, for each algorithm.
+TEST(ExchangeMultiProcess, KilledPeerDuringEachAlgorithmIsAnErrorOnEverySurvivor) {
+  using Clock = std::chrono::steady_clock;
+  constexpr int victim = 2;
+  const int timeout_ms = 3000;
+  for (int a = 0; a < 3; ++a) {
+    TempDir dir("dgc-exchange-kill-");
+    auto procs = start_torchrun(dir, {"run", "--iterations", "100000", "--exchange",
+                                      std::to_string(a), "--timeout-ms",
+                                      std::to_string(timeout_ms)});
+    const auto deadline = Clock::now() + milliseconds(60000);
+    bool running = false;
+    while (!running && Clock::now() < deadline) {
+      running = true;
+      for (int r = 0; r < kWorld; ++r) {
+        running = running && procs[r]->output().find("rank " + std::to_string(r) +
+                                                     " iteration 10\n") != std::string::npos;
+      }
+      if (!running) std::this_thread::sleep_for(milliseconds(20));
+    }
+    ASSERT_TRUE(running) << kAlgorithms[a] << "\n" << all_output(procs);
+    procs[victim]->signal(SIGKILL);
+    const auto killed_at = Clock::now();
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == victim) continue;
+      ASSERT_TRUE(procs[r]->wait_for(milliseconds(timeout_ms + 5000)))
+          << kAlgorithms[a] << ": rank " << r << " still running after the kill\n"
+          << all_output(procs);
+      const auto code = procs[r]->exit_code();
+      const std::string out = procs[r]->output();
+      EXPECT_TRUE(code == kExitComm || code == kExitTimeout) << kAlgorithms[a] << "\n" << out;
+      const auto error = out.find("error: ");
+      ASSERT_NE(error, std::string::npos) << out;
+      std::printf("%s: rank %d ended %lld ms after the kill: %s", kAlgorithms[a], r,
+                  static_cast<long long>(std::chrono::duration_cast<milliseconds>(
+                                             Clock::now() - killed_at)
+                                             .count()),
+                  out.substr(error).c_str());
+    }
   }
 }
 

@@ -1,12 +1,20 @@
-// The DGC exchange with ranks as threads (run_local): the exchanged updates equal the directly
-// computed sum over ranks / N (colliding indices included, dense path too) for world sizes
-// 1..8; the byte accounting has its closed form; the handshake names every kind of mismatch;
-// a corrupt message names its sender.
+// The DGC exchange with ranks as threads (run_local), for every algorithm (allgather, direct,
+// sparse-allreduce): the exchanged updates equal the reference (reference.h: the direct sum over
+// ranks of what was applied / N) for world sizes 1..8 and uniform, skewed, colliding, disjoint
+// and empty selections, dense path too; selected = applied + returned per rank; the byte
+// accounting has its closed form; the handshake names every kind of mismatch (the algorithm
+// included); a corrupt message names its sender; a stalled rank is an error within the timeout.
 #include "dgc/exchange/exchange.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <random>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -15,13 +23,17 @@
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/codec.h"
 #include "dgc/core/error.h"
+#include "dgc/exchange/reference.h"
+#include "dgc/exchange/sparse_allreduce.h"
 #include "dgc/exchange/test/exchange_fixture.h"
+#include "dgc/core/compressor.h"
 
 namespace dgc {
 namespace {
 
 using std::chrono::milliseconds;
 using test::model_layout;
+using test::Pattern;
 using test::rank_inputs;
 
 comm::GlooOptions quick() {
@@ -81,59 +93,119 @@ TEST(Layout, PolicyChoosesThePathAndKeepsTheOrder) {
 struct Case {
   int world_size;
   ValueType value_type;
+  ExchangeAlgorithm algorithm;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << to_string(c.algorithm) << ", N = " << c.world_size << ", "
+      << to_string(c.value_type);
+}
+
+ExchangeOptions options_for(const Case& c) {
+  ExchangeOptions options = exchange_options(c.value_type);
+  options.algorithm = c.algorithm;
+  options.rebalance_interval = 2;  // re-balance within the few iterations of a test
+  return options;
+}
+
+// Runs iteration `it` on this rank and checks the outputs against the reference (reference.h):
+// the update is the direct sum over ranks of what was applied / N, the unapplied hand-back is
+// consistent over ranks, and the dense part is the average. Returns this rank's unapplied.
+std::vector<Selection> run_checked(comm::Communicator& comm, Exchange& exchange,
+                                   const std::vector<TensorSpec>& layout, uint64_t it,
+                                   Pattern pattern, std::vector<std::vector<float>>& updates,
+                                   ValueType type) {
+  const int n = comm.size();
+  auto in = rank_inputs(layout, comm.rank(), it, pattern);
+  std::vector<Selection> unapplied(in.selections.size());
+  const int flagged = exchange.run(it, in.selections, test::spans(updates), in.dense, true,
+                                   unapplied);
+  EXPECT_EQ(flagged, 0);
+  const auto all_unapplied = test::gather_unapplied(comm, unapplied);
+  const auto expected = test::expected_result(layout, n, it, pattern);
+  for (size_t c = 0; c < updates.size(); ++c) {
+    std::vector<Selection> selected, back;
+    for (int r = 0; r < n; ++r) {
+      selected.push_back(rank_inputs(layout, r, it, pattern).selections[c]);
+      back.push_back(all_unapplied[r][c]);
+    }
+    const ReferenceCheck check = check_update(selected, back, updates[c], type);
+    EXPECT_TRUE(check.ok()) << "rank " << comm.rank() << " tensor " << c << " iteration " << it
+                            << " (" << pattern_name(pattern) << "): " << check.mismatches
+                            << " problem(s), the first: " << check.first;
+    if (exchange.algorithm() != ExchangeAlgorithm::kSparseAllreduce) {
+      EXPECT_EQ(check.returned, 0u);
+    }
+  }
+  for (size_t j = 0; j < expected.dense.size(); ++j) {
+    EXPECT_NEAR(in.dense[j], expected.dense[j], 1e-6) << "dense element " << j;
+  }
+  return unapplied;
+}
 
 class ExchangeTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ExchangeTest, UpdatesAreTheSumOverRanksDividedByN) {
-  const auto [n, type] = GetParam();
-  const auto layout = model_layout();
-  std::mutex mutex;
-  std::vector<std::vector<std::vector<float>>> results(n);  // rank -> tensor -> values
-  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    Exchange exchange(comm, layout, exchange_options(type));
-    ASSERT_EQ(exchange.compressed_tensors(), (std::vector<size_t>{0, 2}));
-    ASSERT_EQ(exchange.dense_tensors(), (std::vector<size_t>{1, 3, 4}));
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152, 99.0f),
-                                               std::vector<float>(3000, 99.0f)};
-    const auto update_spans = test::spans(updates);
-    for (uint64_t it = 0; it < 3; ++it) {
-      auto in = rank_inputs(layout, comm.rank(), it);
-      const int flagged = exchange.run(it, in.selections, update_spans, in.dense);
-      ASSERT_EQ(flagged, 0);
-      const auto expected = test::expected_result(layout, n, it);
-      EXPECT_LE(test::max_error(expected, updates, in.dense), 1e-6)
-          << "rank " << comm.rank() << " iteration " << it;
-    }
-    std::lock_guard lock(mutex);
-    results[comm.rank()] = updates;
-  });
-  // Every rank decodes the same messages in the same order: identical bits everywhere.
-  for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
+TEST_P(ExchangeTest, UpdatesAreTheDirectSumOfWhatWasAppliedForEveryIndexPattern) {
+  const Case c = GetParam();
+  const int n = c.world_size;
+  for (const auto& layout : {model_layout(), compressed_only_layout()}) {
+    std::mutex mutex;
+    std::vector<std::vector<std::vector<float>>> results(n);  // rank -> tensor -> values
+    comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+      Exchange exchange(comm, layout, options_for(c));
+      EXPECT_NE(exchange.algorithm(), ExchangeAlgorithm::kAuto);
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152, 99.0f),
+                                                 std::vector<float>(3000, 99.0f)};
+      uint64_t it = 0;
+      for (const Pattern pattern : {Pattern::kColliding, Pattern::kUniform, Pattern::kSkewed,
+                                    Pattern::kDisjoint, Pattern::kEmpty}) {
+        for (int repeat = 0; repeat < 2; ++repeat) {
+          run_checked(comm, exchange, layout, it++, pattern, updates, c.value_type);
+        }
+      }
+      std::lock_guard lock(mutex);
+      results[comm.rank()] = updates;
+    });
+    // Every rank decodes the same messages in the same order: identical bits everywhere.
+    for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
+  }
 }
 
 TEST_P(ExchangeTest, BytesHaveTheirClosedForm) {
-  const auto [n, type] = GetParam();
+  const Case c = GetParam();
+  if (c.algorithm == ExchangeAlgorithm::kSparseAllreduce) {
+    GTEST_SKIP() << "the sparse allreduce's volume depends on the reduction (see SparseVolume)";
+  }
+  const int n = c.world_size;
   const auto layout = model_layout();
   const uint64_t dense_numel = 16 + 10 + 16;
   const uint64_t total_numel = 1152 + 3000 + dense_numel;
   comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    Exchange exchange(comm, layout, exchange_options(type));
+    Exchange exchange(comm, layout, options_for(c));
     std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
     ExchangeBytes sum;
     for (uint64_t it = 0; it < 2; ++it) {
       // Every rank's message, encoded here the way the exchange does.
-      const std::vector<uint64_t> sizes = encoded_sizes(layout, n, it, type);
+      const std::vector<uint64_t> sizes = encoded_sizes(layout, n, it, c.value_type);
       auto in = rank_inputs(layout, comm.rank(), it);
       exchange.run(it, in.selections, test::spans(updates), in.dense);
       const auto& b = exchange.last();
       EXPECT_EQ(b.message, sizes[comm.rank()] + 4 * dense_numel);
       EXPECT_EQ(b.dense_gradient, 4 * total_numel);
-      const auto gather = comm::ring_allgatherv_bytes(sizes, comm.rank());
-      const auto flags = comm::ring_allreduce_bytes(4 * (dense_numel + 1), n);
-      const uint64_t size_exchange = n > 1 ? 8 * static_cast<uint64_t>(n - 1) : 0;
-      EXPECT_EQ(b.wire_sent, size_exchange + gather.sent + flags.sent);
-      EXPECT_EQ(b.wire_received, size_exchange + gather.received + flags.received);
+      comm::ByteCounters sparse;
+      if (c.algorithm == ExchangeAlgorithm::kDirect) {
+        // This rank's message to every other rank, every other rank's to this one.
+        const std::vector<uint64_t> mine(n, sizes[comm.rank()]);
+        sparse = comm::direct_alltoallv_bytes(mine, sizes, comm.rank());
+      } else {
+        sparse = comm::ring_allgatherv_bytes(sizes, comm.rank());
+        const uint64_t size_exchange = n > 1 ? 8 * static_cast<uint64_t>(n - 1) : 0;
+        sparse.sent += size_exchange;
+        sparse.received += size_exchange;
+      }
+      const auto dense = comm::ring_allreduce_bytes(4 * dense_numel, n);
+      EXPECT_EQ(b.wire_sent, sparse.sent + dense.sent);
+      EXPECT_EQ(b.wire_received, sparse.received + dense.received);
       EXPECT_EQ(b.dense_wire_sent, n > 1 ? 2 * (n - 1) * 4 * total_numel / n : 0);
       sum += b;
     }
@@ -143,32 +215,50 @@ TEST_P(ExchangeTest, BytesHaveTheirClosedForm) {
   });
 }
 
-TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
-  const auto [n, type] = GetParam();
-  const auto layout = model_layout();
-  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    Exchange exchange(comm, layout, exchange_options(type));
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
-    for (uint64_t it = 0; it < 3; ++it) {
-      auto in = rank_inputs(layout, comm.rank(), it);
-      const bool ok = !(it == 1 && comm.rank() == n - 1);
-      EXPECT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense, ok),
-                it == 1 ? 1 : 0);
-      if (it != 1) {
-        EXPECT_LE(test::max_error(test::expected_result(layout, n, it), updates, in.dense), 1e-6);
-      }
-    }
-  });
-}
+// The flag travels in the header of every message, with and without dense-path tensors: every
+// rank gets the same count, and the next iteration is exact again.
+// World sizes 1..8 run in UpdatesAre...; the other tests take a subset to keep the suite short.
+bool secondary(const Case& c) { return c.world_size == 5 || c.world_size == 6 || c.world_size == 7; }
 
-// Iterations with different selections into the same buffers: exactly the direct sum / N at
-// the selected positions and exactly 0 everywhere else, also when the buffers change between
-// calls (full zeroing) or the caller wrote into them after forget_updates().
-TEST_P(ExchangeTest, ReusedBuffersHoldOnlyThisIterationsSum) {
-  const auto [n, type] = GetParam();
+TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
+  const Case c = GetParam();
+  if (secondary(c)) GTEST_SKIP() << "world sizes 1-4 and 8 are enough here";
+  const int n = c.world_size;
   for (const auto& layout : {model_layout(), compressed_only_layout()}) {
     comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-      Exchange exchange(comm, layout, exchange_options(type));
+      Exchange exchange(comm, layout, options_for(c));
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152),
+                                                 std::vector<float>(3000)};
+      for (uint64_t it = 0; it < 4; ++it) {
+        if (it == 1 || it == 2) {
+          auto in = rank_inputs(layout, comm.rank(), it);
+          // Iteration 1: the last rank flags; iteration 2: every rank flags.
+          const bool ok = !(it == 1 && comm.rank() == n - 1) && it != 2;
+          if (!ok) {
+            for (auto& s : in.selections) s.clear();
+          }
+          std::vector<Selection> unapplied(in.selections.size());
+          EXPECT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense, ok,
+                                 unapplied),
+                    it == 1 ? 1 : n)
+              << "iteration " << it;
+        } else {
+          run_checked(comm, exchange, layout, it, Pattern::kColliding, updates, c.value_type);
+        }
+      }
+    });
+  }
+}
+
+// Iterations with different selections into the same buffers: exactly the reference at the
+// applied positions and exactly 0 everywhere else, also when the buffers change between calls
+// (full zeroing) or the caller wrote into them after forget_updates().
+TEST_P(ExchangeTest, ReusedBuffersHoldOnlyThisIterationsSum) {
+  const Case c = GetParam();
+  if (secondary(c)) GTEST_SKIP() << "world sizes 1-4 and 8 are enough here";
+  for (const auto& layout : {model_layout(), compressed_only_layout()}) {
+    comm::run_local(c.world_size, quick(), [&](comm::Communicator& comm) {
+      Exchange exchange(comm, layout, options_for(c));
       std::vector<std::vector<float>> first = {std::vector<float>(1152, 99.0f),
                                                std::vector<float>(3000, 99.0f)};
       std::vector<std::vector<float>> second = first;
@@ -179,78 +269,274 @@ TEST_P(ExchangeTest, ReusedBuffersHoldOnlyThisIterationsSum) {
           for (auto& u : updates) std::fill(u.begin(), u.end(), -7.0f);
           exchange.forget_updates();
         }
-        auto in = rank_inputs(layout, comm.rank(), it);
-        ASSERT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense), 0);
-        const auto expected = test::expected_result(layout, n, it);
-        std::vector<std::vector<bool>> selected(updates.size());
-        for (size_t c = 0; c < updates.size(); ++c) selected[c].resize(updates[c].size());
-        for (int r = 0; r < n; ++r) {
-          const auto theirs = rank_inputs(layout, r, it);
-          for (size_t c = 0; c < updates.size(); ++c) {
-            for (uint32_t index : theirs.selections[c].indices) selected[c][index] = true;
-          }
-        }
-        for (size_t c = 0; c < updates.size(); ++c) {
-          for (size_t i = 0; i < updates[c].size(); ++i) {
-            if (!selected[c][i]) {
-              ASSERT_EQ(updates[c][i], 0.0f) << "tensor " << c << " index " << i << " iteration "
-                                             << it << " rank " << comm.rank();
-            } else {
-              ASSERT_NEAR(updates[c][i], expected.updates[c][i], 1e-6)
-                  << "tensor " << c << " index " << i << " iteration " << it;
-            }
-          }
-        }
+        run_checked(comm, exchange, layout, it, Pattern::kColliding, updates, c.value_type);
       }
     });
   }
 }
 
-// Without dense-path tensors the flag travels as one byte after the message and no allreduce
-// runs; every rank still gets the same count.
-TEST_P(ExchangeTest, WithoutDenseTensorsTheFlagTravelsInTheMessage) {
-  const auto [n, type] = GetParam();
-  const auto layout = compressed_only_layout();
+// DGC's conservation with a real compressor (momentum 0, so v accumulates the gradient): per
+// rank, over several iterations, sum of gradients = sum of what was applied from this rank +
+// the velocity left, where applied = selected - returned; and the sum over ranks of what each
+// applied, / N, is the update.
+TEST_P(ExchangeTest, SelectedEqualsAppliedPlusReturnedPerRank) {
+  const Case c = GetParam();
+  if (c.value_type != ValueType::kFloat32) GTEST_SKIP() << "exact sums need fp32";
+  if (secondary(c)) GTEST_SKIP() << "world sizes 1-4 and 8 are enough here";
+  const int n = c.world_size;
+  PolicyOptions policy;
+  policy.min_numel = 1;
+  const auto layout = make_layout({{"w", {40, 50}}}, policy);
+  const size_t numel = 2000;
+  std::mutex mutex;
+  std::vector<std::vector<double>> applied_by(n, std::vector<double>(numel, 0.0));
+  std::vector<std::vector<double>> update_sum(n, std::vector<double>(numel, 0.0));
   comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    Exchange exchange(comm, layout, exchange_options(type));
-    ASSERT_TRUE(exchange.dense_tensors().empty());
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
-    for (uint64_t it = 0; it < 4; ++it) {
-      std::vector<uint64_t> sizes = encoded_sizes(layout, n, it, type);
-      for (auto& size : sizes) size += 1;  // the flag byte
-      auto in = rank_inputs(layout, comm.rank(), it);
-      // Iteration 1: the last rank flags; iteration 2: every rank flags.
-      const bool ok = !(it == 1 && comm.rank() == n - 1) && it != 2;
-      const int flagged = exchange.run(it, in.selections, test::spans(updates), in.dense, ok);
-      EXPECT_EQ(flagged, it == 1 ? 1 : it == 2 ? n : 0) << "iteration " << it;
-      if (flagged == 0) {
-        EXPECT_LE(test::max_error(test::expected_result(layout, n, it), updates, in.dense), 1e-6);
+    const int r = comm.rank();
+    Exchange exchange(comm, layout, options_for(c));
+    CompressionOptions compression;
+    compression.momentum.momentum = 0.0;
+    compression.density = 0.02;
+    compression.seed = 17 + static_cast<uint64_t>(r);
+    Compressor compressor({static_cast<int64_t>(numel)}, compression);
+    std::vector<double> gradient_sum(numel, 0.0), applied(numel, 0.0), updates_seen(numel, 0.0);
+    std::vector<std::vector<float>> updates = {std::vector<float>(numel)};
+    std::vector<Selection> selections(1), unapplied(1);
+    std::vector<float> no_dense;
+    std::mt19937_64 rng(1234 + static_cast<uint64_t>(r));
+    std::normal_distribution<float> normal;
+    for (uint64_t it = 0; it < 12; ++it) {
+      std::vector<float> g(numel);
+      for (size_t i = 0; i < numel; ++i) {
+        // Ranks share a common direction at low indices, so that selections collide.
+        g[i] = normal(rng) + (i < 100 ? 3.0f : 0.0f);
+        gradient_sum[i] += g[i];
       }
-      const auto& b = exchange.last();
-      EXPECT_EQ(b.message, sizes[comm.rank()]);
-      const auto gather = comm::ring_allgatherv_bytes(sizes, comm.rank());
-      const uint64_t size_exchange = n > 1 ? 8 * static_cast<uint64_t>(n - 1) : 0;
-      EXPECT_EQ(b.wire_sent, size_exchange + gather.sent);
-      EXPECT_EQ(b.wire_received, size_exchange + gather.received);
+      compressor.step(0, g, compression.density, selections[0]);
+      ASSERT_EQ(exchange.run(it, selections, test::spans(updates), no_dense, true, unapplied), 0);
+      compressor.return_to_velocity(0, unapplied[0]);
+      for (size_t j = 0; j < selections[0].indices.size(); ++j) {
+        applied[selections[0].indices[j]] += selections[0].values[j];
+      }
+      for (size_t j = 0; j < unapplied[0].indices.size(); ++j) {
+        applied[unapplied[0].indices[j]] -= unapplied[0].values[j];
+      }
+      for (size_t i = 0; i < numel; ++i) updates_seen[i] += updates[0][i];
     }
+    const auto v = compressor.velocity(0);
+    double worst = 0.0;
+    for (size_t i = 0; i < numel; ++i) {
+      worst = std::max(worst, std::fabs(gradient_sum[i] - applied[i] - v[i]) /
+                                  (1.0 + std::fabs(gradient_sum[i])));
+    }
+    EXPECT_LT(worst, 1e-5) << "rank " << r << ": gradient != applied + residual";
+    std::lock_guard lock(mutex);
+    applied_by[r] = applied;
+    update_sum[r] = updates_seen;
   });
+  double worst = 0.0;
+  for (size_t i = 0; i < numel; ++i) {
+    double total = 0.0;
+    for (int r = 0; r < n; ++r) total += applied_by[r][i];
+    for (int r = 0; r < n; ++r) {
+      worst = std::max(worst, std::fabs(update_sum[r][i] - total / n) / (1.0 + std::fabs(total)));
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "the update is not the average of what the ranks applied";
+}
+
+TEST_P(ExchangeTest, StalledRankEndsInACommErrorWithinTheTimeout) {
+  const Case c = GetParam();
+  if (c.world_size < 3 || c.value_type != ValueType::kFloat32) GTEST_SKIP() << "one case is enough";
+  const int n = c.world_size;
+  const auto layout = model_layout();
+  std::vector<int> failed(n, 0);
+  std::atomic<int> done{0};
+  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+    auto options = options_for(c);
+    options.timeout = milliseconds(1000);
+    Exchange exchange(comm, layout, options);
+    if (comm.rank() == 1) {  // stops participating
+      for (int i = 0; i < 1000 && done.load() < n - 1; ++i) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      return;
+    }
+    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
+    auto in = rank_inputs(layout, comm.rank(), 0);
+    std::vector<Selection> unapplied(in.selections.size());
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      exchange.run(0, in.selections, test::spans(updates), in.dense, true, unapplied);
+    } catch (const CommError&) {
+      failed[comm.rank()] = 1;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000 + 3000));
+    done.fetch_add(1);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(failed[r], r == 1 ? 0 : 1) << "rank " << r;
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (int n : {1, 2, 3, 4, 8}) out.push_back({n, ValueType::kFloat32});
-  out.push_back({3, ValueType::kFloat16});
-  out.push_back({4, ValueType::kBFloat16});
+  for (const ExchangeAlgorithm a : {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                                    ExchangeAlgorithm::kSparseAllreduce}) {
+    for (int n = 1; n <= 8; ++n) out.push_back({n, ValueType::kFloat32, a});
+    out.push_back({3, ValueType::kFloat16, a});
+    out.push_back({4, ValueType::kBFloat16, a});
+  }
   return out;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param_info) {
   const char* names[] = {"fp32", "fp16", "bf16"};
-  return "n" + std::to_string(param_info.param.world_size) + "_" +
+  std::string algorithm = to_string(param_info.param.algorithm);
+  std::replace(algorithm.begin(), algorithm.end(), '-', '_');
+  return algorithm + "_n" + std::to_string(param_info.param.world_size) + "_" +
          names[static_cast<int>(param_info.param.value_type)];
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, ExchangeTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Algorithms, ExchangeTest, ::testing::ValuesIn(cases()), case_name);
+
+// ---- the sparse allreduce: its pieces, its volume, its re-balancing ----
+
+TEST(SparseAllreduce, EqualBoundsSplitTheIndexSpace) {
+  EXPECT_EQ(sparse::equal_bounds(10, 3), (std::vector<uint64_t>{0, 3, 6, 10}));
+  EXPECT_EQ(sparse::equal_bounds(2, 4), (std::vector<uint64_t>{0, 0, 1, 1, 2}));
+  EXPECT_EQ(sparse::equal_bounds(7, 1), (std::vector<uint64_t>{0, 7}));
+}
+
+TEST(SparseAllreduce, BalancedBoundsPutTheSameNumberOfIndicesInEachRegion) {
+  std::vector<uint64_t> indices;
+  for (uint64_t i = 0; i < 90; ++i) indices.push_back(i);          // 90 near the start
+  for (uint64_t i = 0; i < 10; ++i) indices.push_back(1000 + i * 900);  // 10 spread out
+  const auto bounds = sparse::balanced_bounds(indices, 10000, 4);
+  ASSERT_EQ(bounds.size(), 5u);
+  EXPECT_EQ(bounds.front(), 0u);
+  EXPECT_EQ(bounds.back(), 10000u);
+  for (int p = 0; p < 4; ++p) {
+    const auto in_region = std::count_if(indices.begin(), indices.end(), [&](uint64_t i) {
+      return i >= bounds[p] && i < bounds[p + 1];
+    });
+    EXPECT_EQ(in_region, 25) << "region " << p;
+  }
+  EXPECT_EQ(sparse::balanced_bounds({}, 10, 3), sparse::equal_bounds(10, 3));
+}
+
+TEST(SparseAllreduce, ReduceSumsCollidingIndicesAndKeepLargestKeepsTheTop) {
+  const std::vector<std::vector<sparse::Entry>> streams = {
+      {{1, 1.0f}, {5, 2.0f}}, {}, {{1, -3.0f}, {2, 0.5f}, {9, 4.0f}}};
+  std::vector<sparse::Entry> out;
+  EXPECT_EQ(sparse::reduce_sorted(streams, out), 5u);
+  EXPECT_EQ(out, (std::vector<sparse::Entry>{{1, -2.0f}, {2, 0.5f}, {5, 2.0f}, {9, 4.0f}}));
+  EXPECT_EQ(sparse::quota(5, 3), 2u);
+  EXPECT_EQ(sparse::quota(0, 3), 0u);
+  auto kept = out;
+  sparse::keep_largest(kept, 3);  // |-2| ties |2|: both kept; 0.5 dropped
+  EXPECT_EQ(kept, (std::vector<sparse::Entry>{{1, -2.0f}, {5, 2.0f}, {9, 4.0f}}));
+  kept = out;
+  sparse::keep_largest(kept, 2);  // the tie at 2 goes to the lower index
+  EXPECT_EQ(kept, (std::vector<sparse::Entry>{{1, -2.0f}, {9, 4.0f}}));
+  kept = out;
+  sparse::keep_largest(kept, 10);
+  EXPECT_EQ(kept, out);
+}
+
+// Receive volume at N = 8 on one large tensor with uniform selections (bytes, deterministic):
+// sparse-allreduce receives at most 1/3 of what allgather receives, and the re-balanced regions
+// follow a skewed distribution.
+TEST(SparseAllreduce, ReceivesUnderAThirdOfAllgathersBytesAtEightRanks) {
+  constexpr int n = 8;
+  PolicyOptions policy;
+  policy.min_numel = 1;
+  const auto layout = make_layout({{"w", {1000, 1000}}}, policy);
+  std::map<ExchangeAlgorithm, uint64_t> received;
+  std::mutex mutex;
+  for (const ExchangeAlgorithm a :
+       {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kSparseAllreduce}) {
+    comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+      ExchangeOptions options = exchange_options();
+      options.algorithm = a;
+      Exchange exchange(comm, layout, options);
+      std::vector<std::vector<float>> updates = {std::vector<float>(1000000)};
+      std::vector<Selection> selections = {test::pattern_selection(
+          Pattern::kUniform, 1000000, 1000, comm.rank(), 0, 99 + comm.rank())};
+      std::vector<Selection> unapplied(1);
+      std::vector<float> no_dense;
+      uint64_t most = 0;
+      for (uint64_t it = 0; it < 3; ++it) {
+        ASSERT_EQ(exchange.run(it, selections, test::spans(updates), no_dense, true, unapplied), 0);
+        most = std::max(most, exchange.last().wire_received);
+      }
+      std::lock_guard lock(mutex);
+      received[a] = std::max(received[a], most);
+    });
+  }
+  std::printf("received per rank and iteration at N = 8: allgather %llu B, sparse-allreduce %llu B\n",
+              static_cast<unsigned long long>(received[ExchangeAlgorithm::kAllgather]),
+              static_cast<unsigned long long>(received[ExchangeAlgorithm::kSparseAllreduce]));
+  EXPECT_LE(3 * received[ExchangeAlgorithm::kSparseAllreduce],
+            received[ExchangeAlgorithm::kAllgather]);
+}
+
+TEST(SparseAllreduce, RegionsFollowWhereTheSelectionsFall) {
+  constexpr int n = 4;
+  PolicyOptions policy;
+  policy.min_numel = 1;
+  const auto layout = make_layout({{"w", {100, 100}}}, policy);
+  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
+    options.rebalance_interval = 1;
+    Exchange exchange(comm, layout, options);
+    EXPECT_EQ(exchange.region_bounds(), sparse::equal_bounds(10000, n));
+    std::vector<std::vector<float>> updates = {std::vector<float>(10000)};
+    std::vector<Selection> unapplied(1);
+    std::vector<float> no_dense;
+    for (uint64_t it = 0; it < 3; ++it) {
+      // Everything in the first 10% of the tensor.
+      std::vector<Selection> selections = {test::pattern_selection(
+          Pattern::kUniform, 1000, 60, comm.rank(), it, 7 + comm.rank() + 100 * it)};
+      ASSERT_EQ(exchange.run(it, selections, test::spans(updates), no_dense, true, unapplied), 0);
+    }
+    const auto& bounds = exchange.region_bounds();
+    EXPECT_LE(bounds[n - 1], 1000u) << "every region boundary moved into the selected part";
+    EXPECT_EQ(bounds[n], 10000u);
+  });
+}
+
+TEST(Auto, RuleByWorldSizeDensityAndMessageSize) {
+  EXPECT_EQ(choose_algorithm(1, 0.001, 25'557'032), ExchangeAlgorithm::kAllgather);
+  EXPECT_EQ(choose_algorithm(4, 0.001, 25'557'032), ExchangeAlgorithm::kDirect);
+  EXPECT_EQ(choose_algorithm(8, 0.001, 25'557'032), ExchangeAlgorithm::kSparseAllreduce);
+  EXPECT_EQ(choose_algorithm(64, 0.001, 25'557'032), ExchangeAlgorithm::kSparseAllreduce);
+  // Small messages are latency-bound: one round beats four, however many ranks.
+  EXPECT_EQ(choose_algorithm(64, 0.001, 100'000), ExchangeAlgorithm::kDirect);
+  // A higher density makes the same model's messages large enough.
+  EXPECT_EQ(choose_algorithm(8, 0.001, 1'000'000), ExchangeAlgorithm::kDirect);
+  EXPECT_EQ(choose_algorithm(8, 0.1, 1'000'000), ExchangeAlgorithm::kSparseAllreduce);
+  EXPECT_THROW(choose_algorithm(0, 0.001, 10), InvalidArgument);
+  EXPECT_EQ(parse_exchange_algorithm("sparse-allreduce"), ExchangeAlgorithm::kSparseAllreduce);
+  EXPECT_THROW(parse_exchange_algorithm("ring"), InvalidArgument);
+  comm::run_local(2, quick(), [](comm::Communicator& comm) {
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kAuto;
+    Exchange exchange(comm, model_layout(), options);
+    EXPECT_EQ(exchange.algorithm(), ExchangeAlgorithm::kDirect);
+  });
+}
+
+TEST(Exchange, SparseAllreduceRequiresTheUnappliedOutput) {
+  comm::run_local(1, quick(), [](comm::Communicator& comm) {
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
+    const auto layout = model_layout();
+    Exchange exchange(comm, layout, options);
+    auto in = rank_inputs(layout, 0, 0);
+    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
+    EXPECT_THROW(exchange.run(0, in.selections, test::spans(updates), in.dense), InvalidArgument);
+  });
+}
 
 TEST(Exchange, RejectsArgumentsThatDoNotMatchTheLayout) {
   const auto layout = model_layout();
@@ -369,10 +655,27 @@ TEST(Handshake, ValueTypeIsPartOfTheAgreement) {
   expect_same_error_everywhere(errors, {"setting 'exchange.value_type'", "'fp32'", "'fp16'"});
 }
 
+TEST(Handshake, AlgorithmIsPartOfTheAgreement) {
+  constexpr int n = 4;
+  std::vector<std::string> errors(n);
+  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+    ExchangeOptions options = exchange_options();
+    options.algorithm =
+        comm.rank() == 2 ? ExchangeAlgorithm::kSparseAllreduce : ExchangeAlgorithm::kDirect;
+    try {
+      Exchange exchange(comm, model_layout(), options);
+    } catch (const MismatchError& e) {
+      errors[comm.rank()] = e.what();
+    }
+  });
+  expect_same_error_everywhere(errors, {"setting 'exchange.algorithm'", "rank 0 has 'direct (direct)'",
+                                        "rank 2 has 'sparse-allreduce (sparse-allreduce)'"});
+}
+
 // ---- a corrupt or out-of-step message ----
 
 // Forwards to a real communicator; when armed, flips one payload byte of rank `victim`'s
-// message in what allgatherv returns, as a faulty link or peer would.
+// message in what allgatherv or alltoallv returns, as a faulty link or peer would.
 class CorruptingCommunicator final : public comm::Communicator {
  public:
   CorruptingCommunicator(comm::Communicator& inner, int victim) : inner_(inner), victim_(victim) {}
@@ -382,6 +685,10 @@ class CorruptingCommunicator final : public comm::Communicator {
   std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
                                                comm::Timeout timeout) override {
     auto all = inner_.allgatherv(message, timeout);
+    corrupt(all);
+    return all;
+  }
+  void corrupt(std::vector<std::vector<uint8_t>>& all) {
     if (armed && all[victim_].size() > 40) {
       if (flip_last) {
         all[victim_].back() ^= 0x5A;
@@ -389,6 +696,11 @@ class CorruptingCommunicator final : public comm::Communicator {
         all[victim_][40] ^= 0x5A;
       }
     }
+  }
+  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
+                                              comm::Timeout timeout) override {
+    auto all = inner_.alltoallv(messages, timeout);
+    corrupt(all);
     return all;
   }
   void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
@@ -406,29 +718,50 @@ class CorruptingCommunicator final : public comm::Communicator {
   int victim_;
 };
 
+// allgather and direct: every rank receives rank 2's corrupt message and names it. With
+// sparse-allreduce only the owners that received a corrupt part from rank 2 can see it: they
+// name it, and the others fail with a CommError when those stop (nobody applies anything).
 TEST(Exchange, CorruptMessageIsADecodeErrorNamingTheSender) {
   constexpr int n = 3;
   const auto layout = model_layout();
-  std::vector<std::string> errors(n);
-  comm::run_local(n, quick(), [&](comm::Communicator& real) {
-    CorruptingCommunicator comm(real, 2);
-    Exchange exchange(comm, layout, exchange_options());
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
-    auto in = rank_inputs(layout, comm.rank(), 0);
-    comm.armed = true;
-    try {
-      exchange.run(0, in.selections, test::spans(updates), in.dense);
-    } catch (const DecodeError& e) {
-      errors[comm.rank()] = e.what();
+  for (const ExchangeAlgorithm a : {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                                    ExchangeAlgorithm::kSparseAllreduce}) {
+    std::vector<std::string> errors(n);
+    comm::run_local(n, quick(), [&](comm::Communicator& real) {
+      CorruptingCommunicator comm(real, 2);
+      ExchangeOptions options = exchange_options();
+      options.algorithm = a;
+      Exchange exchange(comm, layout, options);
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152),
+                                                 std::vector<float>(3000)};
+      auto in = rank_inputs(layout, comm.rank(), 0);
+      comm.armed = true;
+      std::vector<Selection> unapplied(in.selections.size());
+      try {
+        exchange.run(0, in.selections, test::spans(updates), in.dense, true, unapplied);
+        errors[comm.rank()] = "no error";
+      } catch (const DecodeError& e) {
+        errors[comm.rank()] = e.what();
+      } catch (const CommError& e) {
+        errors[comm.rank()] = std::string("CommError: ") + e.what();
+      }
+    });
+    int named = 0;
+    for (int r = 0; r < n; ++r) {
+      const bool names = errors[r].find("message from rank 2 of 3") != std::string::npos;
+      named += names;
+      if (a != ExchangeAlgorithm::kSparseAllreduce) {
+        EXPECT_TRUE(names) << to_string(a) << ": " << errors[r];
+      } else {
+        EXPECT_TRUE(names || errors[r].rfind("CommError", 0) == 0) << errors[r];
+      }
     }
-  });
-  for (int r = 0; r < n; ++r) {
-    EXPECT_NE(errors[r].find("message from rank 2 of 3"), std::string::npos) << errors[r];
+    EXPECT_GE(named, 1) << to_string(a);
   }
 }
 
-// Without dense-path tensors the bad-gradient flag travels in the message: a corrupt message is
-// still named by its sender, and nothing is written into the updates.
+// Without dense-path tensors: a corrupt message (header, payload, or its last byte) is named by
+// its sender, and nothing is written into the updates.
 TEST(Exchange, CorruptMessageWithoutDenseTensorsWritesNothing) {
   constexpr int n = 3;
   const auto layout = compressed_only_layout();
@@ -454,10 +787,71 @@ TEST(Exchange, CorruptMessageWithoutDenseTensorsWritesNothing) {
     });
     for (int r = 0; r < n; ++r) {
       EXPECT_NE(errors[r].find("message from rank 2 of 3"), std::string::npos) << errors[r];
-      if (flip_last) {
-        EXPECT_NE(errors[r].find("bad-gradient flag"), std::string::npos) << errors[r];
-      }
+      EXPECT_NE(errors[r].find("checksum"), std::string::npos) << errors[r];
     }
+  }
+}
+
+// A well-formed message from an owner with sums outside its region (a peer that disagrees on
+// the bounds) is an error on every rank before anything is written.
+class ForgingCommunicator final : public comm::Communicator {
+ public:
+  explicit ForgingCommunicator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
+                                               comm::Timeout timeout) override {
+    return inner_.allgatherv(message, timeout);
+  }
+  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
+                                              comm::Timeout timeout) override {
+    auto all = inner_.alltoallv(messages, timeout);
+    if (++calls_ % 2 == 0) {  // the second phase: rank 2's kept sums claim index 0 (region 0)
+      MessageWriter writer(ValueType::kFloat32, 0);
+      writer.add(0, 1152, std::vector<uint32_t>{0}, std::vector<float>{1.0f});
+      writer.finish(all[2]);
+    }
+    return all;
+  }
+  void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
+    inner_.allreduce_sum(values, timeout);
+  }
+  void broadcast(std::span<uint8_t> data, int root, comm::Timeout timeout) override {
+    inner_.broadcast(data, root, timeout);
+  }
+  void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
+
+ private:
+  comm::Communicator& inner_;
+  int calls_ = 0;
+};
+
+TEST(Exchange, SparseAllreduceRejectsSumsOutsideTheOwnersRegion) {
+  constexpr int n = 3;
+  const auto layout = model_layout();
+  std::vector<std::string> errors(n);
+  comm::run_local(n, quick(), [&](comm::Communicator& real) {
+    ForgingCommunicator comm(real);
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
+    Exchange exchange(comm, layout, options);
+    std::vector<std::vector<float>> updates = {std::vector<float>(1152, 5.0f),
+                                               std::vector<float>(3000, 5.0f)};
+    const auto before = updates;
+    auto in = rank_inputs(layout, comm.rank(), 0);
+    std::vector<Selection> unapplied(in.selections.size());
+    try {
+      exchange.run(0, in.selections, test::spans(updates), in.dense, true, unapplied);
+    } catch (const DecodeError& e) {
+      errors[comm.rank()] = e.what();
+    }
+    EXPECT_EQ(updates, before) << "nothing written on rank " << comm.rank();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[r].find("reduced region message from rank 2"), std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("outside its region"), std::string::npos) << errors[r];
   }
 }
 
@@ -482,36 +876,6 @@ TEST(Exchange, RanksOutOfStepAreAnError) {
   EXPECT_NE(errors[1].find("rank 0 is for iteration 7 but this rank is at iteration 8"),
             std::string::npos)
       << errors[1];
-}
-
-TEST(Exchange, StalledRankEndsInACommErrorWithinTheTimeout) {
-  constexpr int n = 3;
-  const auto layout = model_layout();
-  std::vector<int> failed(n, 0);
-  std::atomic<int> done{0};
-  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    auto options = exchange_options();
-    options.timeout = milliseconds(1000);
-    Exchange exchange(comm, layout, options);
-    if (comm.rank() == 1) {  // stops participating
-      for (int i = 0; i < 1000 && done.load() < n - 1; ++i) {
-        std::this_thread::sleep_for(milliseconds(10));
-      }
-      return;
-    }
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
-    auto in = rank_inputs(layout, comm.rank(), 0);
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      exchange.run(0, in.selections, test::spans(updates), in.dense);
-    } catch (const CommError&) {
-      failed[comm.rank()] = 1;
-    }
-    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000 + 3000));
-    done.fetch_add(1);
-  });
-  EXPECT_EQ(failed[0], 1);
-  EXPECT_EQ(failed[2], 1);
 }
 
 // ---- broadcast_parameters ----

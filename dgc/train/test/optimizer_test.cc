@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,11 @@
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
 #include "dgc/train/optimizer.h"
+
+namespace dgc {
+// Readable parameter names in test listings.
+void PrintTo(ExchangeAlgorithm algorithm, std::ostream* os) { *os << to_string(algorithm); }
+}  // namespace dgc
 
 namespace dgc::train {
 namespace {
@@ -276,6 +282,58 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
 
 INSTANTIATE_TEST_SUITE_P(Momentum, DgcOptimizer, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Nesterov" : "Plain"; });
+
+// Nothing is lost through the optimizer, whatever the exchange algorithm: with momentum 0 and no
+// weight decay, every rank's velocity accumulates its gradient, and the weights move by lr times
+// the average of what the ranks applied. So
+//   (w0 - w_final) / lr == sum over ranks of (sum of its gradients - its final velocity) / N.
+// sparse-allreduce hands unapplied elements back into the velocity; if they were dropped, the
+// left side would fall short of the right.
+class DgcOptimizerExchange : public ::testing::TestWithParam<ExchangeAlgorithm> {};
+
+TEST_P(DgcOptimizerExchange, WeightsMoveByExactlyWhatLeftTheVelocities) {
+  constexpr int kWorld = 3;
+  constexpr int kSteps = 6;
+  std::vector<std::vector<float>> weights(kWorld), velocities(kWorld);
+  std::vector<float> w0;
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    OptimizerOptions options = dgc_options(false, SelectionMethod::kExact);
+    options.compressor.momentum.momentum = 0.0;
+    options.weight_decay = 0.0;
+    options.exchange = GetParam();
+    DistributedOptimizer optimizer(comm, model, options);
+    if (comm.rank() == 0) w0 = to_vector(model.weight);
+    for (int s = 0; s < kSteps; ++s) {
+      set_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    const auto r = static_cast<size_t>(comm.rank());
+    weights[r] = to_vector(model.weight);
+    const auto vel = optimizer.compressor()->velocity(0);
+    velocities[r].assign(vel.begin(), vel.end());
+  });
+  for (int r = 1; r < kWorld; ++r) EXPECT_EQ(weights[r], weights[0]) << "rank " << r;
+  const float lr = 0.1f;
+  for (int64_t i = 0; i < kWeights; ++i) {
+    double left = 0.0;
+    for (int r = 0; r < kWorld; ++r) {
+      double gradients = 0.0;
+      for (int s = 0; s < kSteps; ++s) gradients += gradient(r, s, kWeights, 0.0)[i];
+      left += gradients - velocities[r][i];
+    }
+    EXPECT_NEAR((w0[i] - weights[0][i]) / lr, left / kWorld, 1e-4) << "weight " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, DgcOptimizerExchange,
+                         ::testing::Values(ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                                           ExchangeAlgorithm::kSparseAllreduce),
+                         [](const auto& p) {
+                           std::string name = to_string(p.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(DgcOptimizer, CountsBytesAsThePaperDoes) {
   comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
