@@ -180,11 +180,12 @@ TEST(MultiProcess, WorldSizeMismatchIsAnErrorOnEveryRankNotAHang) {
   for (int r = 0; r < kWorld; ++r) {
     const int world = r == 1 ? 3 : kWorld;  // rank 1 was given another WORLD_SIZE
     procs.push_back(std::make_unique<Process>(
-        std::vector<std::string>{DGC_COMM_WORKER, "collectives", "--timeout-ms", "30000"},
+        std::vector<std::string>{DGC_COMM_WORKER, "collectives", "--timeout-ms", "60000"},
         torchrun_env(r, world, port), dir.path() + "/rank" + std::to_string(r) + ".log"));
   }
-  // Well before the 30 s rendezvous timeout (unloaded: ~10 ms).
-  ASSERT_TRUE(wait_all(procs, milliseconds(20000))) << all_output(procs);
+  // Well before the 60 s rendezvous timeout (unloaded: ~10 ms after the processes start; their
+  // start-up, loading libtorch, takes seconds on a loaded machine).
+  ASSERT_TRUE(wait_all(procs, milliseconds(45000))) << all_output(procs);
   for (int r = 0; r < kWorld; ++r) {
     const std::string out = procs[r]->output();
     EXPECT_EQ(procs[r]->exit_code(), kExitMismatch) << out;
@@ -201,7 +202,7 @@ TEST(MultiProcess, LateRanksLearnOfAWorldSizeMismatch) {
   std::vector<std::unique_ptr<Process>> procs;
   auto start = [&](int r, int world) {
     procs.push_back(std::make_unique<Process>(
-        std::vector<std::string>{DGC_COMM_WORKER, "collectives", "--timeout-ms", "30000"},
+        std::vector<std::string>{DGC_COMM_WORKER, "collectives", "--timeout-ms", "60000"},
         torchrun_env(r, world, port), dir.path() + "/rank" + std::to_string(r) + ".log"));
   };
   start(1, 3);
@@ -210,7 +211,7 @@ TEST(MultiProcess, LateRanksLearnOfAWorldSizeMismatch) {
   std::this_thread::sleep_for(milliseconds(1000));
   start(2, kWorld);
   start(3, kWorld);
-  ASSERT_TRUE(wait_all(procs, milliseconds(20000))) << all_output(procs);
+  ASSERT_TRUE(wait_all(procs, milliseconds(45000))) << all_output(procs);
   for (const auto& p : procs) {
     EXPECT_EQ(p->exit_code(), kExitMismatch) << p->output();
     EXPECT_NE(p->output().find("WORLD_SIZE=3"), std::string::npos) << p->output();
