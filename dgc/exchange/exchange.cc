@@ -501,7 +501,8 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   DGC_CHECK(unapplied.empty() || unapplied.size() == compressed_.size(),
             "`unapplied` must be empty or hold one selection per compressed tensor, found ",
             unapplied.size(), " for ", compressed_.size());
-  DGC_CHECK(algorithm_ != ExchangeAlgorithm::kSparseAllreduce || !unapplied.empty(),
+  DGC_CHECK(algorithm_ != ExchangeAlgorithm::kSparseAllreduce ||
+                unapplied.size() == compressed_.size(),
             "the sparse-allreduce exchange hands back what it did not apply: pass `unapplied` "
             "and add it to the residual");
   for (size_t i = 0; i < compressed_.size(); ++i) {

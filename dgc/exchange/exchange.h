@@ -122,7 +122,8 @@ class Exchange {
   //                  (sorted by index, values as selected). Always empty for allgather and
   //                  direct; sparse-allreduce drops what its re-selection did not keep, and a
   //                  caller must give it back to the residual, so with that algorithm
-  //                  `unapplied` is required (dgc::InvalidArgument otherwise).
+  //                  `unapplied` is required when there are compressed tensors
+  //                  (dgc::InvalidArgument otherwise).
   // Update buffers: pass the same buffers every iteration and do not write to them between
   // calls. The exchange then resets only the positions it wrote in the previous call instead of
   // zeroing every buffer (most of the decode time at d = 0.001). When a buffer's address or size

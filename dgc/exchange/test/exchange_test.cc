@@ -536,6 +536,19 @@ TEST(Exchange, SparseAllreduceRequiresTheUnappliedOutput) {
     std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
     EXPECT_THROW(exchange.run(0, in.selections, test::spans(updates), in.dense), InvalidArgument);
   });
+  // Without compressed tensors (e.g. the dense baseline) there is nothing to hand back.
+  comm::run_local(2, quick(), [](comm::Communicator& comm) {
+    ExchangeOptions options = exchange_options();
+    options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
+    PolicyOptions policy;
+    policy.min_numel = 1 << 20;
+    const auto layout = make_layout({{"w", {4, 3}}, {"b", {4}}}, policy);
+    Exchange exchange(comm, layout, options);
+    ASSERT_TRUE(exchange.compressed_tensors().empty());
+    std::vector<float> dense(16, static_cast<float>(comm.rank()));
+    ASSERT_EQ(exchange.run(0, {}, {}, dense), 0);
+    for (float x : dense) EXPECT_EQ(x, 0.5f);
+  });
 }
 
 TEST(Exchange, RejectsArgumentsThatDoNotMatchTheLayout) {
