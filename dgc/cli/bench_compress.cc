@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dgc/cli/commands.h"
+#include "dgc/cli/statistics.h"
 #include "dgc/core/codec.h"
 #include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
@@ -50,12 +51,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // Approximately normal(0, 1) values: (sum of four uniforms in [0, 1) - 2) * sqrt(3).

@@ -44,6 +44,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dgc/cli/commands.h"
+#include "dgc/cli/statistics.h"
 #include "dgc/comm/communicator.h"
 #include "dgc/comm/launch.h"
 #include "dgc/core/codec.h"
@@ -137,13 +138,6 @@ std::vector<std::vector<T>> gather_all(comm::Communicator& comm, std::span<const
     std::memcpy(out[r].data(), messages[r].data(), messages[r].size());
   }
   return out;
-}
-
-double median(std::vector<double> values) {
-  DGC_CHECK(!values.empty(), "median of no values");
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 // Per iteration the slowest rank's time; then median and minimum over iterations.

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dgc/cli/commands.h"
+#include "dgc/cli/statistics.h"
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
 #include "dgc/train/model_shapes.h"
@@ -106,18 +107,10 @@ struct Measured {
   double compress = 0.0;  // medians of the slowest rank's parts
   double exchange = 0.0;
   double update = 0.0;
-  // Per step, this rank's (rank 0's in the output; the collectives are symmetric across ranks).
-  uint64_t message_bytes = 0;
-  uint64_t wire_sent = 0;
-  uint64_t wire_received = 0;
-  uint64_t dense_gradient_bytes = 0;
+  // The last step's bytes on this rank (rank 0's in the output; the collectives are symmetric
+  // across ranks).
+  ExchangeBytes bytes;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Runs the steps of one configuration on this rank (collective). The result is the same on every
 // rank.
@@ -175,10 +168,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
     compress.push_back(column_max(1));
     exchange.push_back(column_max(2));
     update.push_back(column_max(3));
-    m.wire_sent = b.wire_sent;
-    m.wire_received = b.wire_received;
-    m.message_bytes = b.message;
-    m.dense_gradient_bytes = b.dense_gradient;
+    m.bytes = b;
   }
   m.step = median(steps);
   m.compress = median(compress);
@@ -206,7 +196,8 @@ void print(const Row& r, const BenchStepOptions& o) {
   const double gbit = o.bandwidth_gbit;
   const auto wire = [&](const Measured& m) {
     return gbit > 0
-               ? 8.0 * static_cast<double>(std::max(m.wire_sent, m.wire_received)) / (gbit * 1e9)
+               ? 8.0 * static_cast<double>(std::max(m.bytes.wire_sent, m.bytes.wire_received)) /
+                     (gbit * 1e9)
                : 0.0;
   };
   if (o.json) {
@@ -225,14 +216,14 @@ void print(const Row& r, const BenchStepOptions& o) {
         {"step_seconds_dense", dense_step},
         {"step_seconds_dgc", dgc_step},
         {"speedup", dense_step / dgc_step},
-        {"bytes_sent_per_rank", r.dgc.wire_sent},
-        {"bytes_received_per_rank", r.dgc.wire_received},
-        {"dense_bytes_sent_per_rank", r.dense.wire_sent},
-        {"message_bytes", r.dgc.message_bytes},
-        {"dense_gradient_bytes", r.dgc.dense_gradient_bytes},
-        {"compression_ratio", r.dgc.message_bytes > 0
-                                  ? static_cast<double>(r.dgc.dense_gradient_bytes) /
-                                        static_cast<double>(r.dgc.message_bytes)
+        {"bytes_sent_per_rank", r.dgc.bytes.wire_sent},
+        {"bytes_received_per_rank", r.dgc.bytes.wire_received},
+        {"dense_bytes_sent_per_rank", r.dense.bytes.wire_sent},
+        {"message_bytes", r.dgc.bytes.message},
+        {"dense_gradient_bytes", r.dgc.bytes.dense_gradient},
+        {"compression_ratio", r.dgc.bytes.message > 0
+                                  ? static_cast<double>(r.dgc.bytes.dense_gradient) /
+                                        static_cast<double>(r.dgc.bytes.message)
                                   : 0.0},
         {"scaling_efficiency_dense", optional(eff_dense)},
         {"scaling_efficiency_dgc", optional(eff_dgc)},
@@ -260,9 +251,9 @@ void print(const Row& r, const BenchStepOptions& o) {
         "%.4f s; dense exchange %.4f s\n",
         r.dgc.compress, r.dgc.exchange, r.dgc.update, r.dense.exchange);
     std::printf("  per rank and step: DGC sent %llu B on the wire (message %llu B), dense %llu B\n",
-                static_cast<unsigned long long>(r.dgc.wire_sent),
-                static_cast<unsigned long long>(r.dgc.message_bytes),
-                static_cast<unsigned long long>(r.dense.wire_sent));
+                static_cast<unsigned long long>(r.dgc.bytes.wire_sent),
+                static_cast<unsigned long long>(r.dgc.bytes.message),
+                static_cast<unsigned long long>(r.dense.bytes.wire_sent));
     if (eff_dense && eff_dgc) {
       std::printf("  scaling efficiency: dense %.3f, DGC %.3f\n", *eff_dense, *eff_dgc);
     }
