@@ -31,7 +31,7 @@
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
-#   -- ...         options passed to every `dgc bench exchange`, e.g. --exchange direct
+#   -- ...         options passed to every `dgc bench exchange` (or `step`), e.g. --exchange direct
 #
 # Needs root (network namespaces, veth, tc), iproute2 (`ip`, `tc`) and, for delay or loss, ping
 # (iputils-ping: the script measures the round trip before it runs and stops if the delay is not
