@@ -205,10 +205,10 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
       }
       callbacks.on_start = [&](const train::RunInfo& info) {
         std::printf(
-            "dgc train: task %s, model %s, %lld parameters (%lld in %lld compressed tensors, %lld dense "
+            "dgc train: %s, %lld parameters (%lld in %lld compressed tensors, %lld dense "
             "tensors)\n"
             "  %d workers (%s, %s), batch %lld per worker, %lld iterations per epoch, %d epochs\n",
-            task->name().c_str(), options.model.c_str(), static_cast<long long>(info.parameters),
+            options.model.c_str(), static_cast<long long>(info.parameters),
             static_cast<long long>(info.compressed_parameters),
             static_cast<long long>(info.compressed_tensors),
             static_cast<long long>(info.dense_tensors), info.world_size, launch_name(env.kind),
@@ -442,7 +442,7 @@ void add_train(CLI::App& app) {
          "off. lm default: 0.25")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 1)")
+  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,
@@ -457,7 +457,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   sub->add_option("--batch-size", o.batch_size,
-                  "Examples per worker per iteration (lm: sequences of --bptt tokens; default 20)")
+                  "Examples per worker per iteration (lm: sequences of --bptt tokens; default 10)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")

@@ -119,6 +119,56 @@ TEST_F(KjvTask, UntrainedPerplexityIsNearTheVocabularySizeAndTrainingLowersIt) {
   EXPECT_LT(after[0], 0.3 * 1000);
 }
 
+// Dropout masks and the carried state restart from (seed, rank, epoch) at every epoch, so a run
+// resumed from the checkpoint after epoch 1 equals the uninterrupted run bit for bit.
+TEST_F(KjvTask, ResumeEqualsTheUninterruptedRunBitForBit) {
+  LmOptions lm;
+  lm.vocabulary = 300;
+  lm.embedding = 16;
+  lm.hidden = 16;
+  lm.bptt = 8;
+  lm.dropout = 0.3;
+  const LmTask task(*verses_, lm);
+  TrainOptions options;
+  options.model = "lstm";
+  options.epochs = 2;
+  options.batch_size = 4;
+  options.threads = 1;
+  options.train_examples = 120;
+  options.test_examples = 40;
+  options.optimizer.density.density = 0.01;
+  options.optimizer.lr.lr = 2.0;
+  options.optimizer.clip_norm = 0.25;
+  const std::string prefix = (*dir_ / "resume").string();
+  options.checkpoint = prefix;
+  std::vector<torch::Tensor> uninterrupted, resumed;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    TrainCallbacks callbacks;
+    callbacks.on_epoch = [&](const EpochMetrics& m) {
+      if (m.epoch != 1) return;
+      for (int r = 0; r < 2; ++r) {
+        fs::copy_file(checkpoint_path(prefix, r), checkpoint_path(prefix + ".kept", r),
+                      fs::copy_options::overwrite_existing);
+      }
+    };
+    Trainer trainer(comm, options, task);
+    trainer.run(callbacks);
+    if (comm.rank() == 0) uninterrupted = clone_all(trainer.model().parameters());
+  });
+  options.checkpoint = prefix + ".kept";
+  options.resume = true;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, task);
+    EXPECT_EQ(trainer.start_epoch(), 1);
+    trainer.run();
+    if (comm.rank() == 0) resumed = clone_all(trainer.model().parameters());
+  });
+  ASSERT_EQ(resumed.size(), uninterrupted.size());
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << "parameter " << i;
+  }
+}
+
 TEST_F(KjvTask, RejectsTooLittleDataAndOtherModels) {
   LmOptions lm;
   lm.vocabulary = 100;
