@@ -157,8 +157,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
         p.iterations_per_epoch = iterations;
         p.loss = loss_sum / static_cast<double>(it + 1);
         const double epoch_seconds = seconds_since(epoch_start);
-        p.items_per_second =
-            static_cast<double>(items * world) / std::max(epoch_seconds, 1e-9);
+        p.items_per_second = static_cast<double>(items * world) / std::max(epoch_seconds, 1e-9);
         p.item_unit = unit;
         p.bytes_sent = optimizer.total_bytes().message;
         const double run_seconds = seconds_since(run_start);

@@ -7,9 +7,9 @@
 // ranks meet in a barrier. Each file holds the model's parameters and buffers, the optimizer's
 // momenta, the compressor's momentum/velocity per tensor and its RNG state, the iteration, the
 // number of finished epochs, the byte counters and the run's settings. The data order needs no
-// stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h). --resume reads every
-// rank's file, rejects a file of another model, world size or settings, checks that all ranks
-// are at the same iteration, and continues with the next epoch; the result is bit for bit the
+// stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h). --resume
+// reads every rank's file, rejects a file of another model, world size or settings, checks that all
+// ranks are at the same iteration, and continues with the next epoch; the result is bit for bit the
 // run that was not interrupted.
 #pragma once
 
@@ -75,14 +75,14 @@ struct Progress {
   int64_t iterations_per_epoch = 0;
   double loss = 0.0;              // mean of this rank's batch losses so far in the epoch
   double items_per_second = 0.0;  // examples or tokens (Task::item_unit), all ranks, this epoch
-  std::string item_unit;          // "ex", "tokens" 
-  uint64_t bytes_sent = 0;           // this worker's message bytes, whole run
-  double seconds_left = 0.0;         // estimate for the rest of the run
+  std::string item_unit;          // "ex", "tokens"
+  uint64_t bytes_sent = 0;        // this worker's message bytes, whole run
+  double seconds_left = 0.0;      // estimate for the rest of the run
 };
 
 struct EpochMetrics {
-  int epoch = 0;            // 1-based
-  double train_loss = 0.0;  // mean over ranks and iterations of the batch losses
+  int epoch = 0;                   // 1-based
+  double train_loss = 0.0;         // mean over ranks and iterations of the batch losses
   std::vector<Metric> evaluation;  // the task's metrics after the epoch
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch

@@ -64,10 +64,10 @@ std::string prepare_body(const std::string& bible) {
   const int status = ::pclose(pipe);
   if (status != 0) {
     const std::string first_line = output.substr(0, output.find('\n'));
-    throw DataError(detail::concat(
-        "'", bible, "' failed (exit status ", WIFEXITED(status) ? WEXITSTATUS(status) : status,
-        (first_line.empty() ? "" : ": " + first_line), "); the KJV corpus comes from it: ",
-        kInstall));
+    throw DataError(detail::concat("'", bible, "' failed (exit status ",
+                                   WIFEXITED(status) ? WEXITSTATUS(status) : status,
+                                   (first_line.empty() ? "" : ": " + first_line),
+                                   "); the KJV corpus comes from it: ", kInstall));
   }
   std::istringstream in(output);
   std::string line;
@@ -81,8 +81,10 @@ std::string prepare_body(const std::string& bible) {
     const size_t colon = line.find(':');
     if (space == std::string::npos || colon == std::string::npos || colon > space) {
       throw DataError(detail::concat("unexpected line ", verses + 1, " from '", bible, "': '",
-                                     line.substr(0, 80), "' (expected 'Ge1:1 In the beginning"
-                                     " ...'); ", kInstall));
+                                     line.substr(0, 80),
+                                     "' (expected 'Ge1:1 In the beginning"
+                                     " ...'); ",
+                                     kInstall));
     }
     const auto words = tokenize(std::string_view(line).substr(space + 1));
     std::string joined;

@@ -67,24 +67,24 @@ class LmWorker : public TaskWorker {
     train_ = rank_columns(train, rank, world, options.batch_size);
     iterations_ = train_.size(0) > 0 ? (train_.size(0) - 1) / lm.bptt : 0;
     if (iterations_ < 1) {
-      throw InvalidArgument(detail::concat(
-          "too few training tokens (", train.size(), " in ", verses, " verses) for ", world,
-          " workers x batch size ", options.batch_size, " x bptt ", lm.bptt,
-          ": use more --train-examples, or a smaller --batch-size or --bptt"));
+      throw InvalidArgument(
+          detail::concat("too few training tokens (", train.size(), " in ", verses, " verses) for ",
+                         world, " workers x batch size ", options.batch_size, " x bptt ", lm.bptt,
+                         ": use more --train-examples, or a smaller --batch-size or --bptt"));
     }
     for (const auto part : {kjv::Part::kValidation, kjv::Part::kTest}) {
       const auto stream = task.stream(part, options.test_examples, &verses);
       auto columns = rank_columns(stream, rank, world, options.batch_size);
       if (columns.size(0) < 2) {
-        throw InvalidArgument(detail::concat(
-            "too few ", kjv::to_string(part), " tokens (", stream.size(), " in ", verses,
-            " verses) for ", world, " workers x batch size ", options.batch_size,
-            ": use more --test-examples (0 = all)"));
+        throw InvalidArgument(detail::concat("too few ", kjv::to_string(part), " tokens (",
+                                             stream.size(), " in ", verses, " verses) for ", world,
+                                             " workers x batch size ", options.batch_size,
+                                             ": use more --test-examples (0 = all)"));
       }
       eval_[part == kjv::Part::kValidation ? 0 : 1] = columns;
     }
-    model_ = std::make_shared<LstmLanguageModel>(task.vocabulary().size(), lm.embedding,
-                                                 lm.hidden, lm.dropout, options.seed);
+    model_ = std::make_shared<LstmLanguageModel>(task.vocabulary().size(), lm.embedding, lm.hidden,
+                                                 lm.dropout, options.seed);
     state_ = model_->initial_state(options.batch_size);
   }
 
@@ -93,7 +93,8 @@ class LmWorker : public TaskWorker {
 
   void begin_epoch(int epoch) override {
     state_ = model_->initial_state(options_.batch_size);
-    generator_ = at::make_generator<at::CPUGeneratorImpl>(dropout_seed(options_.seed, rank_, epoch));
+    generator_ =
+        at::make_generator<at::CPUGeneratorImpl>(dropout_seed(options_.seed, rank_, epoch));
   }
 
   BatchLoss train_batch(int64_t iteration) override {
@@ -143,7 +144,7 @@ class LmWorker : public TaskWorker {
   int rank_;
   int world_;
   at::Generator generator_;
-  torch::Tensor train_;                 // [rows, batch_size]
+  torch::Tensor train_;                // [rows, batch_size]
   std::array<torch::Tensor, 2> eval_;  // validation, test: [rows, batch_size]
   int64_t iterations_ = 0;
   std::shared_ptr<LstmLanguageModel> model_;

@@ -39,13 +39,13 @@
 namespace dgc::train {
 
 struct LmOptions {
-  std::string cache_dir;       // where the prepared corpus lives; "" = kjv::default_cache_dir()
+  std::string cache_dir;        // where the prepared corpus lives; "" = kjv::default_cache_dir()
   std::string bible = "bible";  // the program that prints the KJV (Debian package bible-kjv)
-  int64_t vocabulary = 5000;   // V, including <unk> and <eos>
-  int64_t embedding = 100;     // E
-  int64_t hidden = 100;        // H
-  int64_t bptt = 35;           // tokens per sequence of a batch (truncated BPTT length)
-  double dropout = 0.2;        // probability of zeroing an activation (training only)
+  int64_t vocabulary = 5000;    // V, including <unk> and <eos>
+  int64_t embedding = 100;      // E
+  int64_t hidden = 100;         // H
+  int64_t bptt = 35;            // tokens per sequence of a batch (truncated BPTT length)
+  double dropout = 0.2;         // probability of zeroing an activation (training only)
 };
 
 // Defaults of the shared options that differ for the lm task (the command line applies them
@@ -117,8 +117,8 @@ class LmTask : public Task {
  private:
   LmOptions options_;
   kjv::Vocabulary vocabulary_;
-  std::array<std::vector<int32_t>, 3> streams_;        // by kjv::Part
-  std::array<std::vector<int64_t>, 3> verse_ends_;     // end offset of every verse in streams_
+  std::array<std::vector<int32_t>, 3> streams_;     // by kjv::Part
+  std::array<std::vector<int64_t>, 3> verse_ends_;  // end offset of every verse in streams_
 };
 
 // Loads the corpus (preparing the cache on first use) and builds the task.

@@ -143,8 +143,8 @@ TEST_F(Corpus, ACorruptCacheIsRefusedWithWhatToDelete) {
   const auto path = dir / kCorpusFile;
   std::string flipped = good;
   flipped[flipped.size() / 2] = flipped[flipped.size() / 2] == 'a' ? 'b' : 'a';
-  for (const auto& bad : {flipped, good.substr(0, good.size() / 3), std::string("garbage\n"),
-                          std::string("")}) {
+  for (const auto& bad :
+       {flipped, good.substr(0, good.size() / 3), std::string("garbage\n"), std::string("")}) {
     write_file(path, bad);
     const auto message = error_of([&] { load_verses(dir.string()); });
     EXPECT_NE(message.find("is corrupt"), std::string::npos) << message;

@@ -58,15 +58,15 @@ TEST(LstmLanguageModel, HasTheDocumentedSizeAndShapes) {
   small.eval();
   auto s1 = small.initial_state(4);
   auto s2 = small.initial_state(4);
-  EXPECT_TRUE(torch::equal(small.forward(tokens, s1, generator), small.forward(tokens, s2, generator)));
+  EXPECT_TRUE(
+      torch::equal(small.forward(tokens, s1, generator), small.forward(tokens, s2, generator)));
 }
 
 // The real corpus, prepared into a temporary cache once for the suite.
 class KjvTask : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        ("dgc_lm_test_" + std::to_string(::getpid())));
+    dir_ = new fs::path(fs::temp_directory_path() / ("dgc_lm_test_" + std::to_string(::getpid())));
     verses_ = new std::vector<std::string>(kjv::load_verses(dir_->string()));
   }
   static void TearDownTestSuite() {
@@ -253,7 +253,8 @@ TEST(LocalClipping, BoundsEachWorkersGradientAtClipNormOverSqrtN) {
     std::vector<double> moved(kWorld);
     comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
       LstmLanguageModel model(kVocabulary, 5, 6, 0.0, 4);
-      DistributedOptimizer optimizer(comm, model, clipping_options(compression, 1.0, 0.0, clip_norm));
+      DistributedOptimizer optimizer(comm, model,
+                                     clipping_options(compression, 1.0, 0.0, clip_norm));
       const auto before = clone_all(model.parameters());
       gradients(model, tokens_for(0, 0));
       optimizer.step();
@@ -355,8 +356,8 @@ TEST(LocalClipping, DgcWithClippingEqualsTheReferenceWrittenByHand) {
   std::vector<std::vector<torch::Tensor>> results(kWorld);
   comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
     LstmLanguageModel model(kVocabulary, 5, 6, 0.0, 9);
-    DistributedOptimizer optimizer(
-        comm, model, clipping_options(Compression::kDgc, kDensity, kM, clip_norm));
+    DistributedOptimizer optimizer(comm, model,
+                                   clipping_options(Compression::kDgc, kDensity, kM, clip_norm));
     for (int s = 0; s < kSteps; ++s) {
       gradients(model, tokens_for(comm.rank(), s));
       optimizer.step();
