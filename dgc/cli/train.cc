@@ -1,17 +1,23 @@
-// dgc train: data-parallel training of an image classifier on Fashion-MNIST, with DGC or dense.
+// dgc train: data-parallel training of a task -- image classification on Fashion-MNIST (--task
+// image, the default) or a word-level LSTM language model on the King James Bible (--task lm) --
+// with DGC or dense.
 //
 // Launch: through comm::connect(), as every dgc command: N local worker threads (default),
 // `mpirun -np N dgc train` (MPI, or Gloo with --rendezvous DIR), torchrun, or the four variables
 // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by any other launcher.
-// Flags map one to one onto dgc::train::TrainOptions / OptimizerOptions; defaults are theirs.
+// Flags map one to one onto dgc::train::TrainOptions / OptimizerOptions and the task's options;
+// defaults are theirs, except the few a task overrides (LmTrainDefaults) when the flag is absent.
+// A flag of one task given with another task is an error.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -21,6 +27,8 @@
 #include "dgc/core/error.h"
 #include "dgc/train/data.h"
 #include "dgc/train/progress.h"
+#include "dgc/train/tasks/image.h"
+#include "dgc/train/tasks/lm.h"
 #include "dgc/train/trainer.h"
 
 namespace dgc::cli {
@@ -31,6 +39,8 @@ using train::format_duration;
 
 struct TrainCommand {
   train::TrainOptions options;
+  std::string task = "image";
+  train::LmOptions lm;
   std::string data = train::kDefaultDataDir;
   int workers = 4;
   std::string backend = "auto";
@@ -38,6 +48,7 @@ struct TrainCommand {
   std::string compression = "dgc";
   std::string selection = "sampled";
   std::string value_type = "fp32";
+  std::string clip_scaling = "paper";
   std::string exchange = "allgather";
   std::string lr_decay = "cosine";
   std::string metrics;
@@ -61,12 +72,43 @@ double ratio(uint64_t dense, uint64_t message) {
   return message > 0 ? static_cast<double>(dense) / static_cast<double>(message) : 0.0;
 }
 
+// The tasks: name, the flags only that task has, and how the command builds it.
+struct TaskEntry {
+  const char* name;
+  std::vector<std::string> flags;
+  std::function<std::unique_ptr<train::Task>(const TrainCommand&)> make;
+};
+
+const std::vector<TaskEntry>& task_entries() {
+  static const std::vector<TaskEntry> entries = {
+      {"image",
+       {"--model", "--data"},
+       [](const TrainCommand& c) { return train::load_image_task(c.data); }},
+      {"lm",
+       {"--cache-dir", "--vocabulary", "--embedding", "--hidden", "--bptt", "--dropout"},
+       [](const TrainCommand& c) { return train::load_lm_task(c.lm); }},
+  };
+  return entries;
+}
+
+// Rejects the flags of other tasks than cmd.task.
+void check_task_flags(const TrainCommand& cmd, const CLI::App& sub) {
+  for (const auto& entry : task_entries()) {
+    if (entry.name == cmd.task) continue;
+    for (const auto& flag : entry.flags) {
+      if (sub.count(flag) > 0) {
+        throw InvalidArgument(detail::concat(flag, " belongs to --task ", entry.name,
+                                             ", not to --task ", cmd.task,
+                                             ": drop it or add --task ", entry.name));
+      }
+    }
+  }
+}
+
 nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compression, int workers) {
-  return {{"epoch", m.epoch},
-          {"train_loss", m.train_loss},
-          {"test_loss", m.test_loss},
-          {"test_accuracy", m.test_accuracy},
-          {"lr", m.lr},
+  nlohmann::json json = {{"epoch", m.epoch}, {"train_loss", m.train_loss}};
+  for (const auto& metric : m.evaluation) json[metric.name] = metric.value;
+  json.update({{"lr", m.lr},
           {"density", m.density},
           {"bytes_sent", m.bytes.message},
           {"dense_bytes", m.bytes.dense_gradient},
@@ -75,15 +117,27 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
           {"dense_wire_bytes", m.bytes.dense_wire_sent},
           {"seconds", m.seconds},
           {"compression", compression},
-          {"workers", workers}};
+          {"workers", workers}});
+  return json;
 }
 
-void run(const TrainCommand& cmd, bool workers_given) {
+void run(const TrainCommand& cmd, const CLI::App& sub) {
+  const bool workers_given = sub.count("--workers") > 0;
+  check_task_flags(cmd, sub);
   train::TrainOptions options = cmd.options;
   auto& opt = options.optimizer;
+  if (cmd.task == "lm") {
+    options.model = "lstm";
+    using D = train::LmTrainDefaults;
+    if (sub.count("--lr") == 0) opt.lr.lr = D::kLr;
+    if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
+    if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
+    if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
+  }
   opt.compression = train::parse_compression(cmd.compression);
   opt.compressor.selection.method = parse_selection(cmd.selection);
   opt.compressor.value_type = parse_value_type(cmd.value_type);
+  opt.clip_scaling = parse_clip_scaling(cmd.clip_scaling);
   opt.exchange = parse_exchange_algorithm(cmd.exchange);
   opt.lr.decay = parse_decay(cmd.lr_decay);
   opt.compressor.seed = options.seed;
@@ -105,8 +159,11 @@ void run(const TrainCommand& cmd, bool workers_given) {
   const int workers = local ? cmd.workers : env.world_size;
   if (options.threads == 0) options.threads = comm::threads_per_worker(env, cmd.workers);
 
-  const auto train_set = train::load_fashion_mnist(cmd.data, train::Split::kTrain);
-  const auto test_set = train::load_fashion_mnist(cmd.data, train::Split::kTest);
+  std::unique_ptr<train::Task> task;
+  for (const auto& entry : task_entries()) {
+    if (entry.name == cmd.task) task = entry.make(cmd);
+  }
+  DGC_CHECK(task != nullptr, "unknown --task ", cmd.task);
 
   // Under a launcher stdout is often a pseudo-terminal that ends up in a log: lines there.
   const bool terminal = cmd.progress == "bar" ||
@@ -147,11 +204,19 @@ void run(const TrainCommand& cmd, bool workers_given) {
         } else {
           std::printf("  compression none (dense baseline)\n");
         }
-        std::printf(
-            "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
-            cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
-            opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay,
-            opt.clip_norm > 0 ? (", clip norm " + std::to_string(opt.clip_norm)).c_str() : "");
+        std::string clip;
+        if (opt.clip_norm > 0 && opt.compression == train::Compression::kDgc) {
+          clip = detail::concat(", clip norm ", opt.clip_norm, " (", to_string(opt.clip_scaling),
+                                " scaling: each worker's gradient at ",
+                                local_clip_limit(opt.clip_norm, workers, opt.clip_scaling), ")");
+        } else if (opt.clip_norm > 0) {
+          clip = detail::concat(", clip norm ", opt.clip_norm, " (the averaged gradient)");
+        }
+        std::printf("  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n",
+                    opt.lr.lr, cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
+                    opt.compressor.momentum.momentum,
+                    opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay,
+                    clip.c_str());
         if (info.start_epoch > 0) {
           std::printf("  resumed from %s after epoch %d\n",
                       train::checkpoint_path(options.checkpoint, 0).c_str(), info.start_epoch);
@@ -172,13 +237,17 @@ void run(const TrainCommand& cmd, bool workers_given) {
       };
     }
     try {
-      train::Trainer trainer(comm, options, train_set, test_set);
+      train::Trainer trainer(comm, options, *task);
       const auto s = trainer.run(callbacks);
       if (comm.rank() != 0) return;
       std::lock_guard<std::mutex> lock(print_mutex);
       printer.break_line();
-      std::printf("result: test accuracy %.2f%% after %d epochs (%s, %d workers, compression %s)\n",
-                  100.0 * s.test_accuracy, options.epochs, options.model.c_str(), s.world_size,
+      std::string headline;
+      for (const auto& metric : s.evaluation) {
+        if (metric.name == task->headline()) headline = metric.text;
+      }
+      std::printf("result: %s after %d epochs (%s, %d workers, compression %s)\n",
+                  headline.c_str(), options.epochs, options.model.c_str(), s.world_size,
                   cmd.compression.c_str());
       std::printf("  sent per worker: %s; dense would have sent %s\n",
                   format_bytes(static_cast<double>(s.total.message)).c_str(),
@@ -223,16 +292,43 @@ void add_train(CLI::App& app) {
   auto& opt = o.optimizer;
   CLI::App* sub = app.add_subcommand(
       "train",
-      "Train an image classifier on Fashion-MNIST with data-parallel SGD, compressed with DGC "
-      "(--compression dgc) or dense (--compression none). Runs --workers local threads, or one "
-      "worker per process under mpirun or with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/"
+      "Train a task with data-parallel SGD, compressed with DGC (--compression dgc) or dense "
+      "(--compression none): an image classifier on Fashion-MNIST (--task image) or a word-level "
+      "LSTM language model on the King James Bible (--task lm). Runs --workers local threads, or "
+      "one worker per process under mpirun or with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/"
       "MASTER_PORT.");
 
-  sub->add_option("--model", o.model, "Model: cnn, mlp or resnet20")
+  sub->add_option("--task", cmd->task,
+                  "image (Fashion-MNIST classification) or lm (KJV language model); flags marked "
+                  "[image] or [lm] belong to that task only")
+      ->check(CLI::IsMember({"image", "lm"}))
+      ->capture_default_str();
+  sub->add_option("--cache-dir", cmd->lm.cache_dir,
+                  "[lm] Directory for the prepared KJV corpus (default $XDG_CACHE_HOME/dgc or "
+                  "~/.cache/dgc); prepared from the `bible` program (bible-kjv) on first use");
+  sub->add_option("--vocabulary", cmd->lm.vocabulary,
+                  "[lm] Vocabulary size V: the most frequent training words, <unk> and <eos>")
+      ->check(CLI::Range(int64_t{3}, int64_t{1} << 20))
+      ->capture_default_str();
+  sub->add_option("--embedding", cmd->lm.embedding, "[lm] Word embedding size E")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  sub->add_option("--hidden", cmd->lm.hidden, "[lm] LSTM hidden size H (2 layers)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  sub->add_option("--bptt", cmd->lm.bptt,
+                  "[lm] Tokens per sequence (truncated back-propagation through time)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  sub->add_option("--dropout", cmd->lm.dropout, "[lm] Dropout probability")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+
+  sub->add_option("--model", o.model, "[image] Model: cnn, mlp or resnet20 (lm: lstm)")
       ->check(CLI::IsMember({"cnn", "mlp", "resnet20"}))
       ->capture_default_str();
   sub->add_option("--data", cmd->data,
-                  "Directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
+                  "[image] Directory with {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
                   "(Debian package dataset-fashion-mnist)")
       ->capture_default_str();
   sub->add_option("--workers", cmd->workers,
@@ -297,16 +393,24 @@ void add_train(CLI::App& app) {
   sub->add_flag("--compress-1d", opt.policy.compress_1d,
                 "Compress 1-D tensors (biases) too; by default they go dense");
   sub->add_option("--weight-decay", opt.weight_decay,
-                  "L2 weight decay, applied locally after the exchange")
+                  "L2 weight decay, applied locally after the exchange (lm default: 0)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option(
          "--clip-norm", opt.clip_norm,
-         "Clip gradients at this L2 norm (DGC: locally, at clip-norm / sqrt(workers)); 0 = "
-         "off")
+         "Clip gradients at this L2 norm (dense: the averaged gradient, at clip-norm; DGC: each "
+         "worker's gradient before accumulation, see --clip-scaling); 0 = off. lm default: 0.25")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub->add_option("--lr", opt.lr.lr, "Base learning rate")
+  sub->add_option("--clip-scaling", cmd->clip_scaling,
+                  "DGC's local clipping threshold: paper = clip-norm / sqrt(workers) on each "
+                  "worker's share (gradient / workers) of the summed gradient, as in the paper's "
+                  "Algorithm 1 (clip-norm * sqrt(workers) on its mean gradient); mean = "
+                  "clip-norm / sqrt(workers) on its mean gradient, sqrt(workers) to workers times "
+                  "tighter than dense clipping")
+      ->check(CLI::IsMember({"paper", "mean"}))
+      ->capture_default_str();
+  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,
@@ -320,7 +424,8 @@ void add_train(CLI::App& app) {
   sub->add_option("--epochs", o.epochs, "Epochs")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size, "Examples per worker per iteration")
+  sub->add_option("--batch-size", o.batch_size,
+                  "Examples per worker per iteration (lm: sequences of --bptt tokens; default 10)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")
@@ -332,11 +437,13 @@ void add_train(CLI::App& app) {
       "--metrics", cmd->metrics,
       "Write one JSON object per epoch to this file (JSON lines; appended on --resume)");
   sub->add_option("--train-examples", o.train_examples,
-                  "Use only the first N training examples (0 = all 60000)")
+                  "Use only the first N training examples (0 = all 60000; lm: the first N "
+                  "training verses)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--test-examples", o.test_examples,
-                  "Use only the first N test examples (0 = all 10000)")
+                  "Use only the first N test examples (0 = all 10000; lm: the first N "
+                  "validation and N test verses)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--progress", cmd->progress,
@@ -350,7 +457,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
-  sub->callback([cmd, sub] { run(*cmd, sub->count("--workers") > 0); });
+  sub->callback([cmd, sub] { run(*cmd, *sub); });
 }
 
 }  // namespace dgc::cli

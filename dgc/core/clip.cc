@@ -24,15 +24,30 @@ double squared_norm(std::span<const float> values) {
   return (sums[0] + sums[1]) + (sums[2] + sums[3]);
 }
 
-double clip_coefficient(double total_squared_norm, double max_norm, int world_size) {
+std::string to_string(ClipScaling scaling) {
+  return scaling == ClipScaling::kPaper ? "paper" : "mean";
+}
+
+ClipScaling parse_clip_scaling(const std::string& name) {
+  if (name == "paper") return ClipScaling::kPaper;
+  if (name == "mean") return ClipScaling::kMeanGradient;
+  throw InvalidArgument("unknown clip scaling '" + name + "': expected paper or mean");
+}
+
+double local_clip_limit(double max_norm, int world_size, ClipScaling scaling) {
   DGC_CHECK_GE(world_size, 1, "world size must be at least 1");
+  if (!(max_norm > 0.0)) return 0.0;
+  const double root = std::sqrt(static_cast<double>(world_size));
+  return scaling == ClipScaling::kPaper ? max_norm * root : max_norm / root;
+}
+
+double clip_coefficient(double total_squared_norm, double limit) {
   if (!std::isfinite(total_squared_norm)) {
     throw NumericError(detail::concat("gradient norm is not finite (squared norm ",
                                       total_squared_norm, "): a gradient holds NaN or infinity"));
   }
   DGC_CHECK_GE(total_squared_norm, 0.0, "a squared norm cannot be negative");
-  if (!(max_norm > 0.0)) return 1.0;
-  const double limit = max_norm / std::sqrt(static_cast<double>(world_size));
+  if (!(limit > 0.0)) return 1.0;
   const double norm = std::sqrt(total_squared_norm);
   return norm > limit ? limit / norm : 1.0;
 }

@@ -176,7 +176,8 @@ void DistributedOptimizer::step() {
 
   // 2. Local clipping (DGC), compression, and the dense buffer.
   if (local_ok && dgc && options_.clip_norm > 0) {
-    const double c = clip_coefficient(total_squared, options_.clip_norm, world);
+    const double c = clip_coefficient(
+        total_squared, local_clip_limit(options_.clip_norm, world, options_.clip_scaling));
     if (c < 1.0) {
       for (auto& g : grads) scale(float_span(g), static_cast<float>(c));
     }
@@ -245,7 +246,7 @@ void DistributedOptimizer::step() {
 
   // Dense baseline: clip the averaged gradient as dense training would.
   if (!dgc && options_.clip_norm > 0) {
-    const double c = clip_coefficient(squared_norm(dense_flat_), options_.clip_norm, 1);
+    const double c = clip_coefficient(squared_norm(dense_flat_), options_.clip_norm);
     if (c < 1.0) scale(dense_flat_, static_cast<float>(c));
   }
 

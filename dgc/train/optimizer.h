@@ -4,7 +4,7 @@
 // Per step, on every rank:
 //   1. read the local gradients (.grad of every parameter; undefined = zero) and check that they
 //      are finite, before any state is touched;
-//   2. DGC: clip locally (clip_norm / sqrt(N)), then the Compressor's step per compressed tensor
+//   2. DGC: clip locally (local_clip_limit), then the Compressor's step per compressed tensor
 //      (momentum correction, selection at the scheduled density, masking); dense-path tensors are
 //      copied into one flat buffer;
 //   3. the Exchange (options.exchange: allgather, direct or sparse-allreduce) of the compressed

@@ -54,6 +54,7 @@ std::string describe(const OptimizerOptions& o) {
       << "nesterov=" << c.momentum.nesterov << "\n"
       << "weight_decay=" << Num{o.weight_decay} << "\n"
       << "clip_norm=" << Num{o.clip_norm} << "\n"
+      << "clip_scaling=" << to_string(o.clip_scaling) << "\n"
       << "lr=" << Num{o.lr.lr} << "\n"
       << "lr_warmup_epochs=" << Num{o.lr.warmup_epochs} << "\n"
       << "lr_warmup_start=" << Num{o.lr.warmup_start} << "\n"

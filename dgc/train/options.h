@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/core/clip.h"
 #include "dgc/core/options.h"
 #include "dgc/core/policy.h"
 #include "dgc/core/schedule.h"
@@ -49,9 +50,12 @@ struct OptimizerOptions {
   double weight_decay = 1e-4;
 
   // Gradient clipping by L2 norm, 0 = off. With DGC: local clipping of this worker's gradient
-  // before accumulation, threshold clip_norm / sqrt(N) (DGC.md step 1). Dense baseline: the
-  // averaged gradient is clipped at clip_norm (what dense training does).
+  // before accumulation (DGC.md step 1), at local_clip_limit(clip_norm, N, clip_scaling): the
+  // paper's threshold clip_norm / sqrt(N) on the worker's share g / N of the summed gradient by
+  // default (clip_norm * sqrt(N) on its mean gradient g), or clip_norm / sqrt(N) on g itself.
+  // Dense baseline: the averaged gradient is clipped at clip_norm (what dense training does).
   double clip_norm = 0.0;
+  ClipScaling clip_scaling = ClipScaling::kPaper;
 
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
   int64_t iterations_per_epoch = 1;

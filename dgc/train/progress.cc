@@ -54,10 +54,10 @@ void ProgressPrinter::update(const Progress& p) {
   last_ = now;
   const double fraction = static_cast<double>(p.iteration) /
                           static_cast<double>(std::max<int64_t>(1, p.iterations_per_epoch));
-  const std::string stats = "loss " + std::to_string(p.loss).substr(0, 6) + "  " +
-                            std::to_string(static_cast<int64_t>(p.examples_per_second)) +
-                            " ex/s  sent " + format_bytes(static_cast<double>(p.bytes_sent)) +
-                            "  left " + format_duration(p.seconds_left);
+  const std::string stats =
+      "loss " + std::to_string(p.loss).substr(0, 6) + "  " +
+      std::to_string(static_cast<int64_t>(p.items_per_second)) + " " + p.item_unit + "/s  sent " +
+      format_bytes(static_cast<double>(p.bytes_sent)) + "  left " + format_duration(p.seconds_left);
   if (terminal_) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(fraction * kWidth);
@@ -83,10 +83,12 @@ void ProgressPrinter::break_line() {
 
 void ProgressPrinter::epoch(const EpochMetrics& m) {
   break_line();
+  std::string evaluation;
+  for (const auto& metric : m.evaluation) evaluation += metric.text + "  ";
   std::fprintf(out_,
-               "epoch %d  train loss %.4f  test loss %.4f  test accuracy %.2f%%  lr %.4g  "
+               "epoch %d  train loss %.4f  %slr %.4g  "
                "density %.4g  sent %s (dense %s, ratio %.1fx)  %s\n",
-               m.epoch, m.train_loss, m.test_loss, 100.0 * m.test_accuracy, m.lr, m.density,
+               m.epoch, m.train_loss, evaluation.c_str(), m.lr, m.density,
                format_bytes(static_cast<double>(m.bytes.message)).c_str(),
                format_bytes(static_cast<double>(m.bytes.dense_gradient)).c_str(),
                m.compression_ratio, format_duration(m.seconds).c_str());

@@ -1,14 +1,15 @@
-// A data-parallel training run: image classification on Fashion-MNIST with the distributed
-// optimizer, per-epoch evaluation, per-rank checkpoints and resume.
+// A data-parallel training run of any task (task.h: image classification, language modelling)
+// with the distributed optimizer, per-epoch evaluation, per-rank checkpoints and resume. The
+// trainer does not know which task runs: the task supplies data, model, loss and metrics.
 //
 // Checkpoints are per rank (each rank's DGC velocity and momentum differ): after every epoch
 // rank r writes `<checkpoint>.rank<r>` atomically (temporary file, fsync, rename), then all
 // ranks meet in a barrier. Each file holds the model's parameters and buffers, the optimizer's
 // momenta, the compressor's momentum/velocity per tensor and its RNG state, the iteration, the
 // number of finished epochs, the byte counters and the run's settings. The data order needs no
-// stored state: the permutation of epoch e is a function of (seed, e). --resume reads every
-// rank's file, rejects a file of another model, world size or settings, checks that all ranks
-// are at the same iteration, and continues with the next epoch; the result is bit for bit the
+// stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h). --resume
+// reads every rank's file, rejects a file of another model, world size or settings, checks that all
+// ranks are at the same iteration, and continues with the next epoch; the result is bit for bit the
 // run that was not interrupted.
 #pragma once
 
@@ -20,16 +21,15 @@
 
 #include "dgc/comm/communicator.h"
 #include "dgc/exchange/exchange.h"
-#include "dgc/train/data.h"
 #include "dgc/train/options.h"
+#include "dgc/train/task.h"
 
 namespace dgc::train {
 
-class Classifier;
 class DistributedOptimizer;
 
 struct TrainOptions {
-  std::string model = "cnn";  // see model_names()
+  std::string model = "cnn";  // the task's model: image cnn / mlp / resnet20 (models.h), lm lstm
   int epochs = 4;
   int64_t batch_size = 32;  // per worker; the global batch is workers x batch_size
   uint64_t seed = 1;        // model initialisation, data order, compressor sampling
@@ -46,10 +46,12 @@ struct TrainOptions {
   // Per-rank checkpoint path prefix ("" = none) and whether to resume from it.
   std::string checkpoint;
   bool resume = false;
-  // Use only the first N training / test examples (0 = all): quick runs and tests.
+  // Use only the first N training / test examples (0 = all): quick runs and tests. What an
+  // example is belongs to the task (an image; a verse of the lm task, whose test_examples limits
+  // the validation and the test verses).
   int64_t train_examples = 0;
   int64_t test_examples = 0;
-  int64_t eval_batch_size = 500;
+  int64_t eval_batch_size = 500;  // examples per evaluation batch (image task)
 };
 
 // Reported on rank 0 once, before the first step.
@@ -71,17 +73,17 @@ struct Progress {
   int epochs = 0;
   int64_t iteration = 0;  // within the epoch, 1-based after the step
   int64_t iterations_per_epoch = 0;
-  double loss = 0.0;                 // mean of this rank's batch losses so far in the epoch
-  double examples_per_second = 0.0;  // over all ranks, this epoch
-  uint64_t bytes_sent = 0;           // this worker's message bytes, whole run
-  double seconds_left = 0.0;         // estimate for the rest of the run
+  double loss = 0.0;              // mean of this rank's batch losses so far in the epoch
+  double items_per_second = 0.0;  // examples or tokens (Task::item_unit), all ranks, this epoch
+  std::string item_unit;          // "ex", "tokens"
+  uint64_t bytes_sent = 0;        // this worker's message bytes, whole run
+  double seconds_left = 0.0;      // estimate for the rest of the run
 };
 
 struct EpochMetrics {
-  int epoch = 0;            // 1-based
-  double train_loss = 0.0;  // mean over ranks and iterations of the batch losses
-  double test_loss = 0.0;
-  double test_accuracy = 0.0;      // fraction in [0, 1]
+  int epoch = 0;                   // 1-based
+  double train_loss = 0.0;         // mean over ranks and iterations of the batch losses
+  std::vector<Metric> evaluation;  // the task's metrics after the epoch
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch
   ExchangeBytes bytes;             // this worker, this epoch
@@ -93,7 +95,7 @@ struct TrainSummary {
   int world_size = 1;
   int64_t parameters = 0;
   std::vector<EpochMetrics> epochs;  // the epochs run by this call
-  double test_accuracy = 0.0;        // after the last epoch
+  std::vector<Metric> evaluation;    // the task's metrics after the last epoch
   ExchangeBytes total;               // this worker, the whole run (including before a resume)
   ExchangeBytes post_warmup;         // this worker, iterations after the density warm-up
   double seconds = 0.0;              // wall time of this call
@@ -108,11 +110,10 @@ struct TrainCallbacks {
 
 class Trainer {
  public:
-  // Builds the model (seeded), the optimizer (collective: handshake, initial broadcast) and, with
-  // options.resume, loads this rank's checkpoint (collective). `train_set` and `test_set` are
-  // shared read-only between worker threads and must outlive the trainer.
-  Trainer(comm::Communicator& comm, const TrainOptions& options, const ImageSet& train_set,
-          const ImageSet& test_set);
+  // Builds this rank's task worker (model, seeded; data shard), the optimizer (collective:
+  // handshake, initial broadcast) and, with options.resume, loads this rank's checkpoint
+  // (collective). `task` is shared read-only between worker threads and must outlive the trainer.
+  Trainer(comm::Communicator& comm, const TrainOptions& options, const Task& task);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -121,11 +122,11 @@ class Trainer {
   // (on every rank at the same step; the last checkpoint is intact).
   TrainSummary run(const TrainCallbacks& callbacks = {});
 
-  // Collective: test accuracy and loss of the current model over the whole test set.
-  std::pair<double, double> evaluate();
+  // Collective: the task's metrics of the current model.
+  std::vector<Metric> evaluate();
 
   int start_epoch() const { return start_epoch_; }
-  Classifier& model() { return *model_; }
+  torch::nn::Module& model() { return worker_->model(); }
   DistributedOptimizer& optimizer() { return *optimizer_; }
 
  private:
@@ -133,9 +134,8 @@ class Trainer {
 
   comm::Communicator& comm_;
   TrainOptions options_;
-  const ImageSet& train_set_;
-  const ImageSet& test_set_;
-  std::shared_ptr<Classifier> model_;
+  const Task& task_;
+  std::unique_ptr<TaskWorker> worker_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   int start_epoch_ = 0;
 };

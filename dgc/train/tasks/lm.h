@@ -1,0 +1,127 @@
+// The language-modelling task: a word-level 2-layer LSTM on the King James Bible (kjv.h),
+// softmax cross-entropy over the next word, validation and test perplexity as metrics.
+//
+// Model (LstmLanguageModel): embedding [V, E] -> dropout -> LSTM layer 1 (E -> H) -> dropout ->
+// LSTM layer 2 (H -> H) -> dropout -> decoder [V, H] (no bias, untied). Each LSTM layer has
+// weight_ih [4H, in], weight_hh [4H, H] and one bias [4H] (gates i, f, g, o). Parameters:
+// V*E + V*H + 4H*(E+H+1) + 4H*(2H+1); the defaults (V = 5000, E = H = 100) give
+// 1,160,800. Only the two LSTM biases (800 floats) are 1-D: with the existing policy they go
+// dense and everything else is compressed. The decoder has no bias on purpose: a [V] bias would
+// be a dense tensor of V floats in every message, more than the compressed tensors at d = 0.001.
+//
+// Data: the training stream (first train_examples training verses, each followed by <eos>) is cut
+// into N equal contiguous parts, rank r reading part r. Each rank lays its part out as batch_size
+// columns (column b = the b-th contiguous piece) and reads bptt rows per iteration; the hidden
+// state is carried from one batch to the next (truncated back-propagation through time) and
+// reset to zero at the start of every epoch. Dropout masks come from a generator seeded from
+// (seed, rank, epoch), so an epoch is a function of (weights, seed, rank, epoch) and resume is
+// exact. Iterations per epoch = floor((part / batch_size - 1) / bptt), the same on every rank.
+//
+// Evaluation: the validation and test streams (first test_examples verses of each) are cut the
+// same way into N parts of batch_size columns each, read in bptt rows with the state carried;
+// the summed negative log-likelihood and token count are allreduced, and
+// perplexity = exp(sum / count).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <torch/nn/module.h>
+
+#include "dgc/train/task.h"
+#include "dgc/train/tasks/kjv.h"
+
+namespace dgc::train {
+
+struct LmOptions {
+  std::string cache_dir;        // where the prepared corpus lives; "" = kjv::default_cache_dir()
+  std::string bible = "bible";  // the program that prints the KJV (Debian package bible-kjv)
+  int64_t vocabulary = 5000;    // V, including <unk> and <eos>
+  int64_t embedding = 100;      // E
+  int64_t hidden = 100;         // H
+  int64_t bptt = 35;            // tokens per sequence of a batch (truncated BPTT length)
+  double dropout = 0.2;         // probability of zeroing an activation (training only)
+};
+
+// Defaults of the shared options that differ for the lm task (the command line applies them
+// unless the flag is given), with the paper's gradient clipping for RNNs on. lr 5 with momentum
+// 0.9: on 4,000 verses, 3 epochs, 4 workers, dense reached test perplexity 108 at lr 5 against
+// 259 at lr 1 (batch 10), and 149 at lr 10 against 185 at lr 5 (batch 20).
+struct LmTrainDefaults {
+  static constexpr double kLr = 5.0;
+  static constexpr double kClipNorm = 0.25;
+  static constexpr double kWeightDecay = 0.0;
+  static constexpr int64_t kBatchSize = 10;
+};
+
+// One LSTM layer over a whole sequence [T, B, in] -> [T, B, H].
+class LstmLayer : public torch::nn::Module {
+ public:
+  LstmLayer(int64_t input_size, int64_t hidden_size);
+  // state: (h, c), each [B, H]; replaced by the state after the last step.
+  torch::Tensor forward(const torch::Tensor& input, std::array<torch::Tensor, 2>& state);
+
+  torch::Tensor weight_ih, weight_hh, bias;
+};
+
+class LstmLanguageModel : public torch::nn::Module {
+ public:
+  using State = std::array<std::array<torch::Tensor, 2>, 2>;  // per layer: (h, c)
+
+  // Weights drawn from a generator seeded with `seed` (no global state): embedding and decoder
+  // uniform(-0.1, 0.1), LSTM tensors uniform(-1/sqrt(H), 1/sqrt(H)).
+  LstmLanguageModel(int64_t vocabulary, int64_t embedding, int64_t hidden, double dropout,
+                    uint64_t seed);
+
+  // tokens [T, B] int64 -> logits [T * B, V] (row t * B + b). `state` is carried (and replaced).
+  // Dropout applies in training mode only, with masks drawn from `generator`.
+  torch::Tensor forward(const torch::Tensor& tokens, State& state, at::Generator& generator);
+  State initial_state(int64_t batch) const;
+
+  int64_t vocabulary() const { return vocabulary_; }
+
+ private:
+  torch::Tensor dropout(const torch::Tensor& x, at::Generator& generator);
+
+  int64_t vocabulary_;
+  int64_t hidden_;
+  double dropout_;
+  torch::Tensor embedding_;
+  std::shared_ptr<LstmLayer> layer1_, layer2_;
+  torch::Tensor decoder_;
+};
+
+class LmTask : public Task {
+ public:
+  // `verses`: the tokenized corpus (kjv::load_verses).
+  LmTask(const std::vector<std::string>& verses, const LmOptions& options);
+
+  std::string name() const override { return "lm"; }
+  std::string item_unit() const override { return "tokens"; }
+  std::string headline() const override { return "test_perplexity"; }
+  std::string settings(const TrainOptions& options) const override;
+  std::unique_ptr<TaskWorker> make_worker(const TrainOptions& options, int rank,
+                                          int world_size) const override;
+
+  const LmOptions& options() const { return options_; }
+  const kjv::Vocabulary& vocabulary() const { return vocabulary_; }
+  // The token stream of the first `limit` verses of `part` (all when limit <= 0); `verses`, when
+  // given, receives how many verses that is.
+  std::vector<int32_t> stream(kjv::Part part, int64_t limit, int64_t* verses = nullptr) const;
+
+ private:
+  LmOptions options_;
+  kjv::Vocabulary vocabulary_;
+  std::array<std::vector<int32_t>, 3> streams_;     // by kjv::Part
+  std::array<std::vector<int64_t>, 3> verse_ends_;  // end offset of every verse in streams_
+};
+
+// Loads the corpus (preparing the cache on first use) and builds the task.
+std::unique_ptr<LmTask> load_lm_task(const LmOptions& options);
+
+}  // namespace dgc::train
