@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The DGC exchange benchmark (`dgc bench exchange`) on a real, rate-limited network.
+# The DGC exchange benchmark (`dgc bench exchange`), replayed steps (`dgc bench step`) or real
+# training (`dgc train`) on a real, rate-limited network.
 #
-# Each rank runs as its own `dgc bench exchange` process (torchrun-style variables, Gloo over TCP)
+# Each rank runs as its own `dgc bench exchange` (or `step`, `train`) process (torchrun-style variables, Gloo over TCP)
 # in its own network namespace. Every rank namespace has one veth pair to a switch that lives in a
 # namespace of its own; both ends of every veth are shaped with tc tbf to the rate under test, so
 # each rank's link is limited in both directions (a star network of full-duplex links, like ranks
@@ -14,7 +15,7 @@
 #   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
 #                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
 #                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
-#                         [--bench exchange|step] [-- extra options of the dgc bench command]
+#                         [--bench exchange|step|train] [-- extra options of the dgc command]
 #
 # Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
 #   1gbit     tbf rate 1gbit both ways, Linux bridge (no added delay or loss)
@@ -28,6 +29,10 @@
 #   --bench step   run `dgc bench step` (replayed dense and DGC training steps of real models'
 #                  shapes; e.g. -- --model resnet50 --compute-seconds 0.1) instead of
 #                  `dgc bench exchange`; prints one row per model and link
+#   --bench train  run `dgc train` (e.g. -- --compression none --train-examples 15000); prints one
+#                  row per link: final test metric, wall time, time per step and its exchange
+#                  part, wire bytes; with --out, rank 0's --metrics lines (one per epoch) with the
+#                  link fields added. bench/train_slow_network.sh runs dense and DGC per profile.
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
@@ -95,7 +100,8 @@ fi
 [[ -z "$numel" || "$numel" =~ ^[0-9]+$ ]] || die "--numel must be a positive integer, got '$numel'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst must be a number of bytes, got '$burst'"
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
-[[ "$bench" = exchange || "$bench" = step ]] || die "--bench must be exchange or step, got '$bench'"
+[[ "$bench" = exchange || "$bench" = step || "$bench" = train ]] ||
+  die "--bench must be exchange, step or train, got '$bench'"
 [[ "$delay_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number of milliseconds, got '$delay_ms'"
 [[ "$loss" =~ ^(0(\.[0-9]+)?|1)$ ]] || die "--loss must be a probability in [0, 1], got '$loss'"
 if [ -n "$profiles" ] && [ -n "$rates" ]; then
@@ -299,20 +305,29 @@ for link in "${links[@]}"; do
     dense_s="$(awk -v n="$n" -v r="$ranks" -v bps="$bps" 'BEGIN { printf "%d", 2 * (r - 1) / r * 4 * n * 8 / bps + 1 }')"
     collective_timeout=$((3 * dense_s + 60))
     limit="${run_timeout:-$((8 * dense_s + 180))}"
-  else
+  elif [ "$bench" = step ]; then
     # Replayed steps: the model (and so the run time) comes with the extra options.
     args=(bench step --json --link "$name" --bandwidth-gbit "$gbit")
     [ -n "$repeats" ] && args+=(--steps "$repeats")
     collective_timeout=600
     limit="${run_timeout:-3600}"
+  else
+    # Training: rank 0 writes one metrics line per epoch; Gloo binds to the address that routes
+    # to MASTER_ADDR, so no --hostname.
+    rm -f "$workdir/metrics.jsonl"
+    args=(train --progress lines --metrics "$workdir/metrics.jsonl")
+    collective_timeout=300
+    limit="${run_timeout:-7200}"
   fi
   args+=(--timeout "$collective_timeout" "${extra[@]}")
+  host_args=()
+  [ "$bench" = train ] || host_args=(--hostname)
   echo "slow_network: link $name: rate $rate (tbf burst $b B), delay ${link_delay} ms and loss ${link_loss} per link, run limit ${limit}s: ${args[*]}"
 
   pids=()
   for ((i = 0; i < ranks; i++)); do
     ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
-      WORLD_SIZE="$ranks" "$dgc" "${args[@]}" --hostname "$(rank_addr "$i")" \
+      WORLD_SIZE="$ranks" "$dgc" "${args[@]}" ${host_args[@]:+"${host_args[@]}" "$(rank_addr "$i")"} \
       >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
     pids+=($!)
   done
@@ -340,17 +355,43 @@ for link in "${links[@]}"; do
     continue
   fi
   pids=()
-  lines="$(grep '^{' "$workdir/rank0.out" || true)"
+  if [ "$bench" = train ]; then
+    lines="$(grep '^{' "$workdir/metrics.jsonl" 2>/dev/null || true)"
+    grep -E '^(result|  compression ratio|  on the wire|  wall time)' "$workdir/rank0.out" |
+      sed "s/^/slow_network: link $name: /" || true
+  else
+    lines="$(grep '^{' "$workdir/rank0.out" || true)"
+  fi
   [ -n "$lines" ] || { echo "slow_network: rank 0 printed no JSON on link $name" >&2; failed=1; continue; }
   if [ -n "$switch_pid" ] && ! kill -0 "$switch_pid" 2>/dev/null; then
     echo "slow_network: dgc-linkemu stopped during the run on link $name; result discarded" >&2
     failed=1
     continue
   fi
+  if [ "$bench" = train ]; then
+    rows+=("$(awk -v link="$name" -v r="$ranks" '
+      function field(name,   m) {
+        if (match($0, "\"" name "\":\"?[^,\"}]*")) {
+          m = substr($0, RSTART, RLENGTH); sub(/^"[^"]*":"?/, "", m); return m
+        }
+        return ""
+      }
+      {
+        c = field("compression"); seconds += field("seconds"); steps += field("iterations")
+        train += field("train_seconds"); exch += field("exchange_seconds")
+        wire += field("wire_bytes_sent"); epochs++
+        metric = field("test_accuracy"); if (metric == "") metric = field("test_perplexity")
+      }
+      END {
+        printf "%-8s %5d %-6s %6d %12s %9.1f %10.4f %10.4f %12.0f", link, r, c, epochs, metric,
+               seconds, train / steps, exch / steps, wire
+      }' <<<"$lines")")
+  fi
   while read -r line; do
     if [ -n "$out" ]; then
       echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
     fi
+    [ "$bench" = train ] && continue
     if [ "$bench" = step ]; then
       rows+=("$(awk -v link="$name" -v r="$ranks" -v m="$(json_field "$line" model)" \
         -v c="$(json_field "$line" compute_seconds)" -v D="$(json_field "$line" step_seconds_dense)" \
@@ -375,7 +416,12 @@ done
 
 echo
 stop_linkemu
-if [ "$bench" = step ]; then
+if [ "$bench" = train ]; then
+  printf "%-8s %5s %-6s %6s %12s %9s %10s %10s %12s\n" link ranks compr epochs test_metric \
+    wall_s step_s exchange_s wire_bytes
+  for row in "${rows[@]}"; do echo "$row"; done
+  echo "(wall: all epochs with evaluation; step: training time per step; exchange: its part on rank 0; wire: rank 0 sent)"
+elif [ "$bench" = step ]; then
   printf "%-8s %5s %-9s %9s %11s %11s %8s %8s %8s %11s %10s\n" link ranks model compute_s \
     step_dense step_dgc speedup eff_dns eff_dgc dgc_exch_s dgc_wire_s
   for row in "${rows[@]}"; do echo "$row"; done

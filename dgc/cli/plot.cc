@@ -14,6 +14,11 @@
 //     names one). Charts:
 //       NAME-exchange-time     DGC exchange and dense allreduce time against workers, log scale;
 //       NAME-exchange-speedup  dense time / DGC time against workers.
+//   - replayed steps (`dgc bench step --json`, and `bench/slow_network.sh --bench step --out`):
+//     objects with "benchmark": "step". One series per link profile (else "link") and model.
+//     Charts:
+//       NAME-step-time     dense and DGC time per step (compute included) against workers;
+//       NAME-step-speedup  dense step time / DGC step time against workers.
 //     Of several objects for the same series and worker count, the last one is drawn.
 // Beside the charts NAME.gp holds the gnuplot script with the data inline, so a chart can be
 // restyled and redrawn with `gnuplot NAME.gp`.
@@ -70,6 +75,19 @@ struct ExchangePoint {
   double dense_seconds = 0.0;  // 0: not measured
 };
 
+// One kind of benchmark result (exchange or replayed step): its fields and its charts.
+struct Benchmark {
+  std::string kind;           // the "benchmark" field, and the charts' middle name
+  std::string dgc_field;      // seconds of DGC
+  std::string dense_field;    // seconds of dense, optional
+  std::string series_field;   // the series' name after "profile" (the link's name)
+  std::string detail_fields;  // added to the series name when present: "exchange|algorithm"
+  std::string time_title;
+  std::string dense_name;     // legend: "<dense_name>, <series>"
+  std::string speedup_title;
+  std::map<std::string, std::map<int, ExchangePoint>> series;  // series -> workers -> point
+};
+
 // gnuplot single-quoted string: only ' needs escaping (doubled).
 std::string quote(const std::string& text) {
   std::string out = "'";
@@ -109,15 +127,17 @@ class Plotter {
                                            " files; give one label per file, in order, or none"));
     }
     for (size_t f = 0; f < cmd_.files.size(); ++f) read_file(f);
-    if (runs_.empty() && exchange_.empty()) {
-      throw DataError("no training metrics or exchange benchmark results in the input");
+    if (runs_.empty() && exchange_.series.empty() && step_.series.empty()) {
+      throw DataError("no training metrics or benchmark results in the input");
     }
   }
 
   std::vector<Chart> charts() const {
     std::vector<Chart> out;
     if (!runs_.empty()) add_metrics_charts(out);
-    if (!exchange_.empty()) add_exchange_charts(out);
+    for (const Benchmark* b : {&exchange_, &step_}) {
+      if (!b->series.empty()) add_benchmark_charts(*b, out);
+    }
     return out;
   }
 
@@ -140,16 +160,17 @@ class Plotter {
                         ": not a JSON object; dgc plot reads JSON lines as written by "
                         "`dgc train --metrics` or `dgc bench exchange --json`");
       }
-      if (object.value("benchmark", "") == "exchange") {
-        add_exchange(object, where);
+      const std::string benchmark = object.value("benchmark", "");
+      if (benchmark == exchange_.kind || benchmark == step_.kind) {
+        add_point(benchmark == exchange_.kind ? exchange_ : step_, object, where);
       } else if (object.contains("epoch") && object.contains("seconds")) {
         number(object, "epoch", where);
         number(object, "seconds", where);
         run.epochs.push_back(std::move(object));
       } else {
         throw DataError(where +
-                        ": neither training metrics (\"epoch\", \"seconds\") nor an "
-                        "exchange benchmark result (\"benchmark\": \"exchange\")");
+                        ": neither training metrics (\"epoch\", \"seconds\") nor a "
+                        "benchmark result (\"benchmark\": \"exchange\" or \"step\")");
       }
     }
     if (line_number == 0) throw DataError("'" + path + "' is empty");
@@ -159,26 +180,27 @@ class Plotter {
     }
   }
 
-  void add_exchange(const json& object, const std::string& where) {
+  static void add_point(Benchmark& b, const json& object, const std::string& where) {
     ExchangePoint p;
     p.workers = static_cast<int>(number(object, "workers", where));
-    p.dgc_seconds = number(object, "dgc_seconds", where);
-    const auto dense = object.find("dense_seconds");
+    p.dgc_seconds = number(object, b.dgc_field, where);
+    const auto dense = object.find(b.dense_field);
     if (dense != object.end() && dense->is_number()) p.dense_seconds = dense->get<double>();
     std::string series = "loopback";
-    for (const char* field : {"profile", "rate"}) {
+    for (const std::string& field : {std::string("profile"), b.series_field}) {
       if (object.contains(field) && object[field].is_string()) {
         series = object[field].get<std::string>();
         break;
       }
     }
-    for (const char* field : {"exchange", "algorithm"}) {
+    std::istringstream details(b.detail_fields);
+    for (std::string field; std::getline(details, field, '|');) {
       if (object.contains(field) && object[field].is_string()) {
         series += ", " + object[field].get<std::string>();
         break;
       }
     }
-    exchange_[series][p.workers] = p;
+    b.series[series][p.workers] = p;
   }
 
   // Default labels: the runs' "compression" values when they tell the runs apart, else the
@@ -293,10 +315,10 @@ class Plotter {
     }
   }
 
-  void add_exchange_charts(std::vector<Chart>& out) const {
+  void add_benchmark_charts(const Benchmark& b, std::vector<Chart>& out) const {
     // Worker counts are usually powers of two: a log2 axis keeps 2, 4, 8, ... 256 apart.
     int max_workers = 0;
-    for (const auto& [series, points] : exchange_)
+    for (const auto& [series, points] : b.series)
       max_workers = std::max(max_workers, points.rbegin()->first);
     const std::string worker_axis = max_workers <= 16 ? "set xtics 1\n" : "set logscale x 2\n";
     std::ostringstream data;
@@ -304,8 +326,9 @@ class Plotter {
     std::string time_plot = "plot ";
     std::string speedup_plot = "plot ";
     bool any_speedup = false;
-    for (const auto& [series, points] : exchange_) {
-      data << "$exchange" << index << " << EOD\n";
+    const std::string block = "$" + b.kind;
+    for (const auto& [series, points] : b.series) {
+      data << block << index << " << EOD\n";
       for (const auto& [workers, p] : points) {
         const double speedup =
             p.dgc_seconds > 0 && p.dense_seconds > 0 ? p.dense_seconds / p.dgc_seconds : 0.0;
@@ -316,24 +339,23 @@ class Plotter {
       data << "EOD\n";
       const std::string sep = index ? ", " : "";
       time_plot +=
-          detail::concat(sep, "$exchange", index, " using 1:2 with linespoints lw 2 pt 7 lc ",
-                         index + 1, " title ", quote("DGC, " + series), ", $exchange", index,
+          detail::concat(sep, block, index, " using 1:2 with linespoints lw 2 pt 7 lc ", index + 1,
+                         " title ", quote("DGC, " + series), ", ", block, index,
                          " using 1:($3 > 0 ? $3 : NaN) with linespoints lw 2 dt 2 pt 5 lc ",
-                         index + 1, " title ", quote("dense allreduce, " + series));
-      speedup_plot += detail::concat(sep, "$exchange", index,
+                         index + 1, " title ", quote(b.dense_name + ", " + series));
+      speedup_plot += detail::concat(sep, block, index,
                                      " using 1:($4 > 0 ? $4 : NaN) with linespoints lw 2 pt 7 lc ",
                                      index + 1, " title ", quote(series));
       ++index;
     }
-    out.push_back({cmd_.name + "-exchange-time",
-                   data.str() + "set title " + quote(title("exchange time per iteration")) +
+    out.push_back({cmd_.name + "-" + b.kind + "-time",
+                   data.str() + "set title " + quote(title(b.time_title)) +
                        "\nset xlabel 'workers'\nset ylabel 'time (ms)'\nset logscale y\n"
                        "set key top left\n" +
                        worker_axis + time_plot + "\n"});
     if (any_speedup) {
-      out.push_back({cmd_.name + "-exchange-speedup",
-                     data.str() + "set title " +
-                         quote(title("speedup of the DGC exchange over a dense allreduce")) +
+      out.push_back({cmd_.name + "-" + b.kind + "-speedup",
+                     data.str() + "set title " + quote(title(b.speedup_title)) +
                          "\nset xlabel 'workers'\nset ylabel 'dense time / DGC time'\n"
                          "set yrange [0:*]\nset key top left\n" +
                          worker_axis + speedup_plot + "\n"});
@@ -342,7 +364,22 @@ class Plotter {
 
   const PlotCommand& cmd_;
   std::vector<MetricsRun> runs_;
-  std::map<std::string, std::map<int, ExchangePoint>> exchange_;  // series -> workers -> point
+  Benchmark exchange_{.kind = "exchange",
+                      .dgc_field = "dgc_seconds",
+                      .dense_field = "dense_seconds",
+                      .series_field = "rate",
+                      .detail_fields = "exchange|algorithm",
+                      .time_title = "exchange time per iteration",
+                      .dense_name = "dense allreduce",
+                      .speedup_title = "speedup of the DGC exchange over a dense allreduce"};
+  Benchmark step_{.kind = "step",
+                  .dgc_field = "step_seconds_dgc",
+                  .dense_field = "step_seconds_dense",
+                  .series_field = "link",
+                  .detail_fields = "model",
+                  .time_title = "time per training step (replayed: compute + optimizer step)",
+                  .dense_name = "dense",
+                  .speedup_title = "speedup of DGC training steps over dense"};
 };
 
 // The whole gnuplot script: every chart in PNG and SVG.
@@ -421,8 +458,9 @@ void add_plot(CLI::App& app) {
       "plot",
       "Draw PNG and SVG charts with gnuplot from JSON lines: training metrics (dgc train "
       "--metrics: the test metric by epoch and by wall time, bytes per epoch; one line per "
-      "file) and exchange benchmarks (dgc bench exchange --json, bench/slow_network.sh --out: "
-      "time and speedup by workers)");
+      "file), exchange benchmarks (dgc bench exchange --json, bench/slow_network.sh --out: "
+      "time and speedup by workers) and replayed steps (dgc bench step --json: step time and "
+      "speedup by workers)");
   sub->add_option("files", cmd->files, "JSON lines files")->required()->check(CLI::ExistingFile);
   sub->add_option("--label", cmd->labels,
                   "Legend label of each file, in order (default: dense/DGC from the runs' "

@@ -116,6 +116,9 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
           {"wire_bytes_sent", m.bytes.wire_sent},
           {"dense_wire_bytes", m.bytes.dense_wire_sent},
           {"seconds", m.seconds},
+          {"iterations", m.iterations},
+          {"train_seconds", m.train_seconds},
+          {"exchange_seconds", m.exchange_seconds},
           {"compression", compression},
           {"workers", workers}});
   return json;

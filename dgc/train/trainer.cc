@@ -139,6 +139,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     int64_t items = 0;
     double lr = 0.0;
     double density = 0.0;
+    double exchange_seconds = 0.0;
     for (int64_t it = 0; it < iterations; ++it) {
       model.zero_grad();
       const BatchLoss batch = worker_->train_batch(it);
@@ -147,6 +148,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       lr = optimizer.learning_rate();
       density = optimizer.density();
       optimizer.step();
+      exchange_seconds += optimizer.last_timings().exchange;
       loss_sum += batch.loss.item<double>();
       ++steps_done;
       if (rank == 0 && callbacks.on_progress) {
@@ -167,6 +169,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       }
     }
 
+    const double train_seconds = seconds_since(epoch_start);
     // Every rank holds the same parameters; make the buffers (BatchNorm statistics) agree too.
     optimizer.synchronize_buffers();
     std::vector<float> loss_total = {static_cast<float>(loss_sum)};
@@ -179,6 +182,9 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     metrics.evaluation = evaluation;
     metrics.lr = lr;
     metrics.density = density;
+    metrics.iterations = iterations;
+    metrics.train_seconds = train_seconds;
+    metrics.exchange_seconds = exchange_seconds;
     const ExchangeBytes& after = optimizer.total_bytes();
     metrics.bytes.message = after.message - bytes_before.message;
     metrics.bytes.dense_gradient = after.dense_gradient - bytes_before.dense_gradient;

@@ -1,5 +1,6 @@
 # dgc plot on committed sample JSON lines (real outputs of `dgc train --metrics` for a 3-epoch run
-# on 3000 examples, dense and DGC, and of `dgc bench exchange --json` for 2-4 workers): every
+# on 3000 examples, dense and DGC, of `dgc bench exchange --json` for 2-4 workers and of
+# `dgc bench step --model cnn --json` for 2 and 4 workers): every
 # chart is written as a real PNG and an SVG with the expected title and legend; bad input fails
 # with a message that names the problem.
 #   cmake -DDGC=path/to/dgc -DDATA=dir/with/samples -DOUT=scratch/dir -P plot_check.cmake
@@ -7,7 +8,7 @@ file(REMOVE_RECURSE "${OUT}")
 
 execute_process(
   COMMAND "${DGC}" plot "${DATA}/dense.jsonl" "${DATA}/dgc.jsonl" "${DATA}/exchange.jsonl"
-          --out "${OUT}" --title "sample run"
+          "${DATA}/step.jsonl" --out "${OUT}" --title "sample run"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "dgc plot failed (${rc}):\n${out}\n${err}")
@@ -19,7 +20,9 @@ set(charts
   "dgc-test_accuracy-time|sample run: test accuracy (%) by wall time|wall time (minutes)|DGC"
   "dgc-bytes|sample run: bytes sent per worker per epoch|message bytes per worker (MB)|DGC"
   "dgc-exchange-time|sample run: exchange time per iteration|DGC, loopback|dense allreduce, loopback|workers"
-  "dgc-exchange-speedup|sample run: speedup of the DGC exchange over a dense allreduce|dense time / DGC time")
+  "dgc-exchange-speedup|sample run: speedup of the DGC exchange over a dense allreduce|dense time / DGC time"
+  "dgc-step-time|sample run: time per training step (replayed: compute + optimizer step)|DGC, loopback, cnn|dense, loopback, cnn"
+  "dgc-step-speedup|sample run: speedup of DGC training steps over dense|loopback, cnn|dense time / DGC time")
 foreach(chart IN LISTS charts)
   string(REPLACE "|" ";" parts "${chart}")
   list(POP_FRONT parts name)
