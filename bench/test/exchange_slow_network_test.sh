@@ -9,20 +9,8 @@ set -euo pipefail
 script="$1"
 dgc="$2"
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "skipped: needs root for network namespaces"
-  exit 77
-fi
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "skipped: needs iproute2 (ip, tc)"
-  exit 77
-fi
-probe="dgcbenchprobe$$"
-if ! ip netns add "$probe" 2>/dev/null; then
-  echo "skipped: cannot create network namespaces here"
-  exit 77
-fi
-ip netns delete "$probe"
+# shellcheck source=require_netns.sh
+source "$(dirname "$0")/require_netns.sh"
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
