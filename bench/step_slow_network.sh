@@ -28,7 +28,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "step_slow_network: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

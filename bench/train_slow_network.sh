@@ -7,15 +7,17 @@
 # chart pair per profile.
 #
 #   bench/train_slow_network.sh [--profiles "100mbit mobile"] [--ranks 4] [--out DIR]
-#                               [--dgc PATH] [-- extra `dgc train` options for every run]
+#                               [--direct] [--dgc PATH] [-- extra `dgc train` options for every run]
 #
 # Defaults: --profiles "1gbit 100mbit mobile", --ranks 4, --out runs/train_slow_network; the runs
 # use the default CNN on Fashion-MNIST with `dgc train`'s defaults (4 epochs, DGC d = 0.001 after
 # a one-epoch warm-up); shorten them with e.g. -- --train-examples 15000. Needs root (see
-# bench/slow_network.sh). Writes OUT/<profile>/{dense,dgc}.jsonl (rank 0's --metrics lines with
-# the link fields), OUT/<profile>/{dense,dgc}.log, OUT/<profile>/plots/*.{png,svg} and the table
-# OUT/train_slow_network.md. Target (issue): over 100mbit and mobile, DGC reaches the dense run's
-# final accuracy (within 0.5 points) in at most half of dense's wall time.
+# bench/slow_network.sh). --direct adds a third run per profile, dgc-direct: DGC with --exchange
+# direct (two rounds of latency per exchange instead of the ring's 2(N-1)). Writes
+# OUT/<profile>/{dense,dgc,dgc-direct}.jsonl (rank 0's --metrics lines with the link fields), the
+# logs (.log), OUT/<profile>/plots/*.{png,svg} and the table OUT/train_slow_network.md.
+# Target (issue): over 100mbit and mobile, DGC reaches the dense run's final accuracy (within 0.5
+# points) in at most half of dense's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,7 @@ profiles="1gbit 100mbit mobile"
 ranks=4
 out=runs/train_slow_network
 dgc=build/bin/dgc
+runs="dense dgc"
 extra=()
 while (($#)); do
   case "$1" in
@@ -30,8 +33,9 @@ while (($#)); do
     --ranks) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
+    --direct) runs="dense dgc dgc-direct"; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "train_slow_network: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -51,23 +55,27 @@ table="$out/train_slow_network.md"
 for profile in $profiles; do
   dir="$out/$profile"
   mkdir -p "$dir"
-  for run in dense dgc; do
-    compression=$([ "$run" = dense ] && echo none || echo dgc)
+  for run in $runs; do
+    case "$run" in
+      dense) flags=(--compression none) ;;
+      dgc) flags=(--compression dgc) ;;
+      dgc-direct) flags=(--compression dgc --exchange direct) ;;
+    esac
     rm -f "$dir/$run.jsonl"
-    echo "== $profile, $run: bench/slow_network.sh --bench train --ranks $ranks --profiles $profile -- --compression $compression ${extra[*]}"
+    echo "== $profile, $run: bench/slow_network.sh --bench train --ranks $ranks --profiles $profile -- ${flags[*]} ${extra[*]}"
     bench/slow_network.sh --bench train --ranks "$ranks" --profiles "$profile" --dgc "$dgc" \
-      --out "$dir/$run.jsonl" -- --compression "$compression" "${extra[@]}" 2>&1 |
+      --out "$dir/$run.jsonl" -- "${flags[@]}" "${extra[@]}" 2>&1 |
       tee "$dir/$run.log"
     [ -s "$dir/$run.jsonl" ] || { echo "train_slow_network: no metrics from the $profile $run run; see $dir/$run.log" >&2; exit 1; }
   done
   target=$(tail -n 1 "$dir/dense.jsonl" | field test_accuracy | awk '{ printf "%.6f", $1 - 0.005 }')
   declare -A reach=()
-  for run in dense dgc; do
+  for run in $runs; do
     # Wall time (cumulative "seconds") at the end of the first epoch at or above the target.
     reach[$run]=$(paste -d ' ' <(field seconds <"$dir/$run.jsonl") <(field test_accuracy <"$dir/$run.jsonl") |
       awk -v t="$target" '{ s += $1 } $2 >= t && !found { printf "%.1f", s; found = 1 } END { if (!found) print "-" }')
   done
-  for run in dense dgc; do
+  for run in $runs; do
     paste -d ' ' <(field seconds <"$dir/$run.jsonl") <(field train_seconds <"$dir/$run.jsonl") \
       <(field exchange_seconds <"$dir/$run.jsonl") <(field iterations <"$dir/$run.jsonl") \
       <(field wire_bytes_sent <"$dir/$run.jsonl") <(field test_accuracy <"$dir/$run.jsonl") |
@@ -75,13 +83,22 @@ for profile in $profiles; do
         -v dense_reach="${reach[dense]}" -v target="$target" '
         { s += $1; train += $2; exch += $3; steps += $4; wire += $5; acc = $6 }
         END {
-          speedup = (run == "dgc" && reach != "-" && dense_reach != "-") ? sprintf("%.2fx", dense_reach / reach) : ""
+          speedup = (run != "dense" && reach != "-" && dense_reach != "-") ? sprintf("%.2fx", dense_reach / reach) : ""
           printf "| %s | %d | %s | %.2f%% | %.1f s | %.1f ms | %.1f ms | %.1f MB | %s (target %.2f%%) | %s |\n",
                  link, r, run, 100 * acc, s, 1e3 * train / steps, 1e3 * exch / steps, wire / 1e6,
                  (reach == "-" ? "not reached" : reach " s"), 100 * target, speedup
         }' >>"$table"
   done
-  "$dgc" plot "$dir/dense.jsonl" "$dir/dgc.jsonl" --out "$dir/plots" --name "train-$profile" \
+  files=() labels=()
+  for run in $runs; do
+    files+=("$dir/$run.jsonl")
+    case "$run" in
+      dense) labels+=(--label dense) ;;
+      dgc) labels+=(--label "DGC") ;;
+      dgc-direct) labels+=(--label "DGC, direct exchange") ;;
+    esac
+  done
+  "$dgc" plot "${files[@]}" "${labels[@]}" --out "$dir/plots" --name "train-$profile" \
     --title "$profile, $ranks ranks" >/dev/null
   echo "train_slow_network: charts in $dir/plots"
 done
