@@ -23,7 +23,7 @@ fi
 grep -q "unknown argument --bogus" "$out/err" || { echo "FAIL: no clear error"; cat "$out/err"; exit 1; }
 
 timeout 300 "$script" --dgc "$dgc" --ranks 2 --profiles 100mbit --out "$out" -- \
-  --train-examples 640 --test-examples 200 --epochs 2 --warmup-epochs 1
+  --train-examples 640 --test-examples 200 --epochs 2 --warmup-epochs 1 | tee "$out/log"
 for run in dense dgc; do
   metrics="$out/100mbit/$run.jsonl"
   [ "$(wc -l <"$metrics")" -eq 2 ] || { echo "FAIL: $metrics has not 2 lines"; cat "$metrics"; exit 1; }
@@ -38,7 +38,12 @@ for chart in train-100mbit-test_accuracy-epoch train-100mbit-test_accuracy-time;
     [ -s "$out/100mbit/plots/$chart.$ext" ] || { echo "FAIL: $chart.$ext missing"; exit 1; }
   done
 done
-if ip netns list | grep -q '^dgcbench'; then
-  echo "FAIL: namespaces left behind:"; ip netns list; exit 1
-fi
+# The namespaces this run created (named in its log) are gone.
+tags="$(sed -nE 's/^slow_network: namespaces (dgcbench[0-9]+)br .*/\1/p' "$out/log")"
+[ -n "$tags" ] || { echo "FAIL: the script did not name its namespaces"; exit 1; }
+for tag in $tags; do
+  if ip netns list | grep -q "^$tag"; then
+    echo "FAIL: namespaces $tag* left behind:"; ip netns list; exit 1
+  fi
+done
 echo "PASS"
