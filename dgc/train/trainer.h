@@ -84,6 +84,7 @@ struct EpochMetrics {
   double test_accuracy = 0.0;      // fraction in [0, 1]
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch
+  int64_t iterations = 0;          // steps in this epoch
   ExchangeBytes bytes;             // this worker, this epoch
   double compression_ratio = 0.0;  // bytes.dense_gradient / bytes.message
   double seconds = 0.0;            // training and evaluation of this epoch
