@@ -131,11 +131,12 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
     exchange_layout = layout_;
   }
   if (dgc && options_.dense_path == DensePath::kFloat16) {
-    exchange_options.dense_value_type = ValueType::kFloat16;
+    dense_value_type_ = ValueType::kFloat16;
   } else if (dgc && options_.dense_path == DensePath::kBFloat16) {
-    exchange_options.dense_value_type = ValueType::kBFloat16;
+    dense_value_type_ = ValueType::kBFloat16;
   }
-  if (exchange_options.dense_value_type != ValueType::kFloat32) {
+  exchange_options.dense_value_type = dense_value_type_;
+  if (dense_value_type_ != ValueType::kFloat32) {
     dense_residual_.assign(dense_numel, 0.0f);
     saved_residual_.assign(dense_numel, 0.0f);
   }
@@ -268,10 +269,7 @@ void DistributedOptimizer::step() {
   }
   if (!dense_residual_.empty()) {
     saved_residual_ = dense_residual_;
-    if (local_ok)
-      round_with_residual(
-          dense_flat_, dense_residual_,
-          options_.dense_path == DensePath::kFloat16 ? ValueType::kFloat16 : ValueType::kBFloat16);
+    if (local_ok) round_with_residual(dense_flat_, dense_residual_, dense_value_type_);
   }
 
   // 3. The exchange.
