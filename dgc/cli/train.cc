@@ -50,6 +50,7 @@ struct TrainCommand {
   std::string value_type = "fp32";
   std::string clip_scaling = "paper";
   std::string exchange = "allgather";
+  std::string dense_path = train::to_string(train::OptimizerOptions{}.dense_path);
   std::string lr_decay = "cosine";
   std::string metrics;
   std::string progress = "auto";
@@ -109,18 +110,21 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
   nlohmann::json json = {{"epoch", m.epoch}, {"train_loss", m.train_loss}};
   for (const auto& metric : m.evaluation) json[metric.name] = metric.value;
   json.update({{"lr", m.lr},
-          {"density", m.density},
-          {"bytes_sent", m.bytes.message},
-          {"dense_bytes", m.bytes.dense_gradient},
-          {"compression_ratio", m.compression_ratio},
-          {"wire_bytes_sent", m.bytes.wire_sent},
-          {"dense_wire_bytes", m.bytes.dense_wire_sent},
-          {"seconds", m.seconds},
-          {"iterations", m.iterations},
-          {"train_seconds", m.train_seconds},
-          {"exchange_seconds", m.exchange_seconds},
-          {"compression", compression},
-          {"workers", workers}});
+               {"density", m.density},
+               {"iterations", m.iterations},
+               {"bytes_sent", m.bytes.message},
+               {"message_bytes_compressed", m.bytes.message_compressed},
+               {"message_bytes_dense_path", m.bytes.message_dense_path},
+               {"message_bytes_headers", m.bytes.message_headers},
+               {"dense_bytes", m.bytes.dense_gradient},
+               {"compression_ratio", m.compression_ratio},
+               {"wire_bytes_sent", m.bytes.wire_sent},
+               {"dense_wire_bytes", m.bytes.dense_wire_sent},
+               {"seconds", m.seconds},
+               {"train_seconds", m.train_seconds},
+               {"exchange_seconds", m.exchange_seconds},
+               {"compression", compression},
+               {"workers", workers}});
   return json;
 }
 
@@ -142,6 +146,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.compressor.value_type = parse_value_type(cmd.value_type);
   opt.clip_scaling = parse_clip_scaling(cmd.clip_scaling);
   opt.exchange = parse_exchange_algorithm(cmd.exchange);
+  opt.dense_path = train::parse_dense_path(cmd.dense_path);
   opt.lr.decay = parse_decay(cmd.lr_decay);
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
@@ -204,6 +209,15 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
               "stages of %lld iterations at density max(d, 0.25^(stage+1)))\n",
               opt.density.density, opt.density.warmup_epochs,
               static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage));
+          if (info.dense_tensors > 0) {
+            std::printf("  dense path %s", cmd.dense_path.c_str());
+            if (opt.dense_path == train::DensePath::kGrouped) {
+              std::printf(": %lld elements in %lld tensors compressed as one at density %g",
+                          static_cast<long long>(info.parameters - info.compressed_parameters),
+                          static_cast<long long>(info.dense_tensors), opt.dense_path_density);
+            }
+            std::printf("\n");
+          }
         } else {
           std::printf("  compression none (dense baseline)\n");
         }
@@ -215,11 +229,10 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         } else if (opt.clip_norm > 0) {
           clip = detail::concat(", clip norm ", opt.clip_norm, " (the averaged gradient)");
         }
-        std::printf("  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n",
-                    opt.lr.lr, cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
-                    opt.compressor.momentum.momentum,
-                    opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay,
-                    clip.c_str());
+        std::printf(
+            "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
+            cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
+            opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         if (info.start_epoch > 0) {
           std::printf("  resumed from %s after epoch %d\n",
                       train::checkpoint_path(options.checkpoint, 0).c_str(), info.start_epoch);
@@ -249,9 +262,8 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
       for (const auto& metric : s.evaluation) {
         if (metric.name == task->headline()) headline = metric.text;
       }
-      std::printf("result: %s after %d epochs (%s, %d workers, compression %s)\n",
-                  headline.c_str(), options.epochs, options.model.c_str(), s.world_size,
-                  cmd.compression.c_str());
+      std::printf("result: %s after %d epochs (%s, %d workers, compression %s)\n", headline.c_str(),
+                  options.epochs, options.model.c_str(), s.world_size, cmd.compression.c_str());
       std::printf("  sent per worker: %s; dense would have sent %s\n",
                   format_bytes(static_cast<double>(s.total.message)).c_str(),
                   format_bytes(static_cast<double>(s.total.dense_gradient)).c_str());
@@ -259,6 +271,16 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         std::printf("  compression ratio: %.1fx whole run, %.1fx after warm-up\n",
                     ratio(s.total.dense_gradient, s.total.message),
                     ratio(s.post_warmup.dense_gradient, s.post_warmup.message));
+        // Every step's dense gradient is 4 bytes per parameter.
+        const double steps = static_cast<double>(s.post_warmup.dense_gradient) /
+                             (4.0 * static_cast<double>(s.parameters));
+        std::printf(
+            "  message per step after warm-up: %.0f bytes (compressed tensors %.0f, dense path "
+            "%.0f, headers %.0f)\n",
+            static_cast<double>(s.post_warmup.message) / steps,
+            static_cast<double>(s.post_warmup.message_compressed) / steps,
+            static_cast<double>(s.post_warmup.message_dense_path) / steps,
+            static_cast<double>(s.post_warmup.message_headers) / steps);
       } else {
         std::printf("  compression ratio: %.1fx whole run (the run ended inside the warm-up)\n",
                     ratio(s.total.dense_gradient, s.total.message));
@@ -388,6 +410,16 @@ void add_train(CLI::App& app) {
                   "Exchange algorithm: allgather, direct (one all-to-all round), sparse-allreduce "
                   "(Ok-Topk-style; what is not applied stays in the residual) or auto")
       ->check(CLI::IsMember({"allgather", "direct", "sparse-allreduce", "auto"}))
+      ->capture_default_str();
+  sub->add_option("--dense-path", cmd->dense_path,
+                  "How the tensors left dense (1-D, below --min-compress-numel) travel: grouped "
+                  "(one more DGC tensor at --dense-path-density, its own momentum and velocity), "
+                  "fp16 or bf16 (16-bit average with error feedback), or exact (fp32 average)")
+      ->check(CLI::IsMember({"exact", "grouped", "fp16", "bf16"}))
+      ->capture_default_str();
+  sub->add_option("--dense-path-density", opt.dense_path_density,
+                  "Density of the dense-path group after warm-up (--dense-path grouped)")
+      ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
   sub->add_option("--min-compress-numel", opt.policy.min_numel,
                   "Tensors with fewer elements go dense")

@@ -15,7 +15,7 @@ namespace dgc {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'D', 'G', 'C', '1'};
-constexpr size_t kHeaderBytes = 32;
+constexpr size_t kHeaderBytes = kMessageHeaderBytes;
 constexpr size_t kHeaderCrcOffset = 28;  // the header crc covers bytes [0, 28)
 constexpr size_t kMaxVarintBytes = 10;
 

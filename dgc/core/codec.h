@@ -15,6 +15,7 @@
 // A bad message throws dgc::DecodeError with the Reason and a message that says what was wrong.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -25,6 +26,8 @@
 namespace dgc {
 
 inline constexpr uint8_t kCodecVersion = 1;
+// Bytes of a message's header; the rest of a message is its payload.
+inline constexpr size_t kMessageHeaderBytes = 32;
 
 // Bits of the header's flags field (covered by the header checksum).
 // kFlagBadGradient: the sender's gradient was not finite; receivers must apply nothing this
@@ -40,6 +43,10 @@ class MessageWriter {
   // Values are rounded to the value type (see round_to in compressor.h).
   void add(uint32_t tensor_id, uint64_t numel, std::span<const uint32_t> indices,
            std::span<const float> values);
+
+  // Payload bytes appended so far (the message is kMessageHeaderBytes more): the difference
+  // around add() is what one tensor's entry costs.
+  size_t payload_bytes() const { return payload_.size(); }
 
   // Sets the header's flags (kFlag* bits; 0 after construction and reset()).
   void set_flags(uint16_t flags);

@@ -58,6 +58,15 @@ float round_to(float value, ValueType type) {
   throw InvalidArgument(detail::concat("unknown value type ", static_cast<int>(type)));
 }
 
+void round_with_residual(std::span<float> values, std::span<float> residual, ValueType type) {
+  DGC_CHECK_EQ(values.size(), residual.size(), "one residual per value");
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float x = values[i] + residual[i];
+    values[i] = round_to(x, type);
+    residual[i] = x - values[i];
+  }
+}
+
 Compressor::Compressor(std::vector<int64_t> numels, CompressionOptions options)
     : numels_(std::move(numels)), options_(options), rng_(options.seed) {
   check_options(options_);

@@ -89,4 +89,11 @@ class Compressor {
 // the largest finite value of the format (see float16.h), so the excess stays in the residual.
 float round_to(float value, ValueType type);
 
+// Rounding with error feedback: for every element, x = values[i] + residual[i];
+// values[i] = round_to(x, type); residual[i] = x - values[i]. What rounding drops stays in the
+// residual and goes out in a later call, so the sum of the rounded values over T calls equals
+// the sum of the inputs minus the last residual (up to fp32 rounding of the additions). Non-finite
+// inputs give non-finite values (check first). values.size() == residual.size().
+void round_with_residual(std::span<float> values, std::span<float> residual, ValueType type);
+
 }  // namespace dgc

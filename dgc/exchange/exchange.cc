@@ -12,6 +12,7 @@
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/codec.h"
 #include "dgc/core/error.h"
+#include "dgc/core/float16.h"
 #include "dgc/exchange/sparse_allreduce.h"
 
 namespace dgc {
@@ -153,19 +154,8 @@ std::vector<Item> items_of(const std::vector<Description>& all) {
     items.push_back(std::move(item));
   };
   add("the world size", [](const Description& d) { return std::to_string(d.world_size); });
-  add("the number of tensors",
-      [](const Description& d) { return std::to_string(d.layout.size()); });
-  size_t max_tensors = 0;
-  for (const auto& d : all) max_tensors = std::max(max_tensors, d.layout.size());
-  for (size_t i = 0; i < max_tensors; ++i) {
-    const std::string name = i < all[0].layout.size() ? " ('" + all[0].layout[i].name + "')" : "";
-    add(detail::concat("tensor ", i, name), [i](const Description& d) -> std::string {
-      if (i >= d.layout.size()) return "(no such tensor)";
-      const auto& t = d.layout[i];
-      return detail::concat("'", t.name, "' shape ", shape_text(t.shape), " path ",
-                            path_name(t.path));
-    });
-  }
+  // Settings before the layout: a differing setting (the policy, the dense path) explains a
+  // differing layout.
   std::vector<std::map<std::string, std::string>> settings(n);
   std::map<std::string, bool> keys;
   for (size_t r = 0; r < n; ++r) {
@@ -179,6 +169,19 @@ std::vector<Item> items_of(const std::vector<Description>& all) {
       item.values[r] = it == settings[r].end() ? "(not set)" : "'" + it->second + "'";
     }
     items.push_back(std::move(item));
+  }
+  add("the number of tensors",
+      [](const Description& d) { return std::to_string(d.layout.size()); });
+  size_t max_tensors = 0;
+  for (const auto& d : all) max_tensors = std::max(max_tensors, d.layout.size());
+  for (size_t i = 0; i < max_tensors; ++i) {
+    const std::string name = i < all[0].layout.size() ? " ('" + all[0].layout[i].name + "')" : "";
+    add(detail::concat("tensor ", i, name), [i](const Description& d) -> std::string {
+      if (i >= d.layout.size()) return "(no such tensor)";
+      const auto& t = d.layout[i];
+      return detail::concat("'", t.name, "' shape ", shape_text(t.shape), " path ",
+                            path_name(t.path));
+    });
   }
   return items;
 }
@@ -204,10 +207,25 @@ std::vector<TensorSpec> make_layout(
 
 ExchangeBytes& ExchangeBytes::operator+=(const ExchangeBytes& other) {
   message += other.message;
+  message_compressed += other.message_compressed;
+  message_dense_path += other.message_dense_path;
+  message_headers += other.message_headers;
   dense_gradient += other.dense_gradient;
   wire_sent += other.wire_sent;
   wire_received += other.wire_received;
   dense_wire_sent += other.dense_wire_sent;
+  return *this;
+}
+
+ExchangeBytes& ExchangeBytes::operator-=(const ExchangeBytes& other) {
+  message -= other.message;
+  message_compressed -= other.message_compressed;
+  message_dense_path -= other.message_dense_path;
+  message_headers -= other.message_headers;
+  dense_gradient -= other.dense_gradient;
+  wire_sent -= other.wire_sent;
+  wire_received -= other.wire_received;
+  dense_wire_sent -= other.dense_wire_sent;
   return *this;
 }
 
@@ -301,6 +319,15 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
     }
   }
   offsets_.push_back(compressed_total);
+  if (options_.dense_path_group) {
+    const size_t g = *options_.dense_path_group;
+    const auto at = std::find(compressed_.begin(), compressed_.end(), g);
+    DGC_CHECK(at != compressed_.end(),
+              "the dense-path group must be a compressed tensor of the "
+              "layout; found index ",
+              g, " of ", layout_.size());
+    group_ = static_cast<size_t>(at - compressed_.begin());
+  }
   written_.resize(compressed_.size());
   algorithm_ = options_.algorithm == ExchangeAlgorithm::kAuto
                    ? choose_algorithm(comm_.size(), options_.density, compressed_total)
@@ -310,6 +337,8 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
   std::string settings = options_.settings;
   if (!settings.empty() && settings.back() != '\n') settings += '\n';
   settings += std::string("exchange.value_type=") + to_string(options_.value_type) + "\n";
+  settings +=
+      std::string("exchange.dense_value_type=") + to_string(options_.dense_value_type) + "\n";
   settings += detail::concat("exchange.algorithm=", to_string(options_.algorithm), " (",
                              to_string(algorithm_), ")\n");
   if (algorithm_ == ExchangeAlgorithm::kSparseAllreduce) {
@@ -359,6 +388,56 @@ void Exchange::validate_all(uint64_t iteration, const char* what, int& flagged) 
   }
 }
 
+void Exchange::add_entry(MessageWriter& writer, size_t i, std::span<const uint32_t> indices,
+                         std::span<const float> values) {
+  const size_t before = writer.payload_bytes();
+  writer.add(static_cast<uint32_t>(i), compressed_numels_[i], indices, values);
+  (group_ == i ? last_.message_dense_path : last_.message_compressed) +=
+      writer.payload_bytes() - before;
+}
+
+void Exchange::sum_dense(uint64_t iteration, std::span<float> dense_flat) {
+  if (options_.dense_value_type == ValueType::kFloat32) {
+    comm_.allreduce_sum(dense_flat, options_.timeout);
+    return;
+  }
+  // 16-bit values, little endian, one buffer per rank.
+  const bool half = options_.dense_value_type == ValueType::kFloat16;
+  std::vector<uint8_t> mine(2 * dense_flat.size());
+  for (size_t e = 0; e < dense_flat.size(); ++e) {
+    const uint16_t bits = half ? fp16_from_float(dense_flat[e]) : bf16_from_float(dense_flat[e]);
+    mine[2 * e] = static_cast<uint8_t>(bits);
+    mine[2 * e + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+  const auto all = comm_.allgatherv(mine, options_.timeout);
+  const auto value = [half](const std::vector<uint8_t>& bytes, size_t e) {
+    const auto bits = static_cast<uint16_t>(bytes[2 * e] | (bytes[2 * e + 1] << 8));
+    return half ? fp16_to_float(bits) : bf16_to_float(bits);
+  };
+  // Every rank's buffer is checked before anything is written.
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != mine.size()) {
+      throw DecodeError(
+          DecodeError::Reason::kMalformed,
+          detail::concat("dense path from rank ", r, " (iteration ", iteration, ") has ",
+                         all[r].size(), " bytes, expected ", mine.size(), " (", dense_flat.size(),
+                         " ", to_string(options_.dense_value_type), " values)"));
+    }
+    for (size_t e = 0; e < dense_flat.size(); ++e) {
+      if (!std::isfinite(value(all[r], e))) {
+        throw DecodeError(DecodeError::Reason::kMalformed,
+                          detail::concat("dense path from rank ", r, " (iteration ", iteration,
+                                         "): value ", e, " is not finite"));
+      }
+    }
+  }
+  for (size_t e = 0; e < dense_flat.size(); ++e) {
+    float sum = 0.0f;
+    for (const auto& bytes : all) sum += value(bytes, e);
+    dense_flat[e] = sum;
+  }
+}
+
 // allgather / direct: this rank's one message to every rank.
 void Exchange::exchange_messages(uint64_t iteration, std::span<const Selection> selections,
                                  uint16_t flags, int& flagged) {
@@ -366,11 +445,11 @@ void Exchange::exchange_messages(uint64_t iteration, std::span<const Selection> 
   MessageWriter writer(options_.value_type, iteration);
   writer.set_flags(flags);
   for (size_t i = 0; i < compressed_.size(); ++i) {
-    writer.add(static_cast<uint32_t>(i), compressed_numels_[i], selections[i].indices,
-               selections[i].values);
+    add_entry(writer, i, selections[i].indices, selections[i].values);
   }
   writer.finish(message_);
   last_.message = message_.size();
+  last_.message_headers = kMessageHeaderBytes;
   timings_.encode += seconds_since(clock);
 
   if (algorithm_ == ExchangeAlgorithm::kDirect) {
@@ -408,17 +487,17 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
       const auto first = std::lower_bound(indices.begin(), indices.end(),
                                           static_cast<uint64_t>(begin - offsets_[i]),
                                           [](uint32_t a, uint64_t b) { return a < b; });
-      const auto last = std::lower_bound(first, indices.end(),
-                                         static_cast<uint64_t>(end - offsets_[i]),
-                                         [](uint32_t a, uint64_t b) { return a < b; });
+      const auto last =
+          std::lower_bound(first, indices.end(), static_cast<uint64_t>(end - offsets_[i]),
+                           [](uint32_t a, uint64_t b) { return a < b; });
       const auto from = static_cast<size_t>(first - indices.begin());
       const auto count = static_cast<size_t>(last - first);
-      writer.add(static_cast<uint32_t>(i), compressed_numels_[i],
-                 std::span<const uint32_t>(indices).subspan(from, count),
-                 std::span<const float>(selections[i].values).subspan(from, count));
+      add_entry(writer, i, std::span<const uint32_t>(indices).subspan(from, count),
+                std::span<const float>(selections[i].values).subspan(from, count));
     }
     writer.finish(owner_messages_[p]);
     last_.message += owner_messages_[p].size();
+    last_.message_headers += kMessageHeaderBytes;
   }
   timings_.encode += seconds_since(clock);
 
@@ -440,9 +519,12 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
       const uint64_t global = offsets_[tensor] + index;
       if (global < lo || global >= hi) {
         throw DecodeError(DecodeError::Reason::kOutOfRange,
-                          detail::concat("region message from rank ", r, " (iteration ",
-                                         iteration, "): index ", global, " outside this rank's "
-                                         "region [", lo, ", ", hi, "); the ranks disagree on "
+                          detail::concat("region message from rank ", r, " (iteration ", iteration,
+                                         "): index ", global,
+                                         " outside this rank's "
+                                         "region [",
+                                         lo, ", ", hi,
+                                         "); the ranks disagree on "
                                          "the region bounds"));
       }
       streams[r].push_back({global, value});
@@ -481,11 +563,12 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
     for_each_element(validated_[p], [&](uint32_t tensor, uint64_t index, float) {
       const uint64_t global = offsets_[tensor] + index;
       if (global < lo || global >= hi) {
-        throw DecodeError(DecodeError::Reason::kOutOfRange,
-                          detail::concat("reduced region message from rank ", p, " (iteration ",
-                                         iteration, "): index ", global, " outside its region [",
-                                         lo, ", ", hi, "); the ranks disagree on the region "
-                                         "bounds"));
+        throw DecodeError(
+            DecodeError::Reason::kOutOfRange,
+            detail::concat("reduced region message from rank ", p, " (iteration ", iteration,
+                           "): index ", global, " outside its region [", lo, ", ", hi,
+                           "); the ranks disagree on the region "
+                           "bounds"));
       }
     });
   }
@@ -501,10 +584,10 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   DGC_CHECK(unapplied.empty() || unapplied.size() == compressed_.size(),
             "`unapplied` must be empty or hold one selection per compressed tensor, found ",
             unapplied.size(), " for ", compressed_.size());
-  DGC_CHECK(algorithm_ != ExchangeAlgorithm::kSparseAllreduce ||
-                unapplied.size() == compressed_.size(),
-            "the sparse-allreduce exchange hands back what it did not apply: pass `unapplied` "
-            "and add it to the residual");
+  DGC_CHECK(
+      algorithm_ != ExchangeAlgorithm::kSparseAllreduce || unapplied.size() == compressed_.size(),
+      "the sparse-allreduce exchange hands back what it did not apply: pass `unapplied` "
+      "and add it to the residual");
   for (size_t i = 0; i < compressed_.size(); ++i) {
     DGC_CHECK_EQ(updates[i].size(), compressed_numels_[i], "update buffer of tensor '",
                  layout_[compressed_[i]].name, "'");
@@ -524,12 +607,15 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   }
   auto clock = Clock::now();
   if (flagged == 0 && !dense_flat.empty()) {
-    comm_.allreduce_sum(dense_flat, options_.timeout);
+    sum_dense(iteration, dense_flat);
     timings_.collective += seconds_since(clock);
   }
 
   const auto after = comm_.bytes();
-  last_.message += 4 * dense_numel_;
+  const uint64_t dense_bytes =
+      (options_.dense_value_type == ValueType::kFloat32 ? 4 : 2) * dense_numel_;
+  last_.message += dense_bytes;
+  last_.message_dense_path += dense_bytes;
   last_.dense_gradient = 4 * total_numel_;
   last_.wire_sent = after.sent - before.sent;
   last_.wire_received = after.received - before.received;

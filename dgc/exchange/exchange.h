@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,22 +47,37 @@ struct ExchangeOptions {
   double density = 0.001;
   // kSparseAllreduce: runs between re-balances of the region bounds (>= 1).
   int rebalance_interval = 16;
+  // Wire type of the dense path. kFloat32: one allreduce of the fp32 buffer. kFloat16 /
+  // kBFloat16: every rank's buffer travels as 16-bit values (allgatherv; the caller rounds with
+  // error feedback first, see round_with_residual in dgc/core/compressor.h, so the conversion
+  // loses nothing more), and every rank sums the ranks' values in rank order in fp32.
+  ValueType dense_value_type = ValueType::kFloat32;
+  // Index into the layout of a compressed tensor that carries the dense-path tensors grouped
+  // into one (dgc::train's DensePath::kGrouped), if any: its entries count as dense-path bytes
+  // in ExchangeBytes. It is exchanged like every compressed tensor.
+  std::optional<size_t> dense_path_group;
   // Free-form description of every setting that all ranks must agree on (density, momentum,
   // schedules, ...), as "key=value" lines. The handshake compares it line by line.
   std::string settings;
 };
 
 // Bytes for one iteration and cumulative. "message" bytes are what this worker contributes (its
-// encoded message plus 4 bytes per dense-path element); "wire" bytes are what the collectives put
-// on the wire from this rank (allgather forwards others' messages; a ring allreduce sends
-// 2(N-1)/N of its buffer).
+// encoded message(s) plus the dense-path values, 4 or 2 bytes per element); "wire" bytes are what
+// the collectives put on the wire from this rank (allgather forwards others' messages; a ring
+// allreduce sends 2(N-1)/N of its buffer). The message bytes split into three parts:
+// message_compressed + message_dense_path + message_headers == message.
 struct ExchangeBytes {
-  uint64_t message = 0;         // this worker's compressed message + dense-path floats
-  uint64_t dense_gradient = 0;  // 4 bytes x every element of every tensor (the paper's baseline)
-  uint64_t wire_sent = 0;       // bytes this rank sent in the collectives
+  uint64_t message = 0;             // this worker's compressed message + dense-path values
+  uint64_t message_compressed = 0;  // the entries of the compressed tensors in the message
+  // The dense path: its values, or the entry of the dense-path group (dense_path_group).
+  uint64_t message_dense_path = 0;
+  uint64_t message_headers = 0;  // the messages' headers (kMessageHeaderBytes each)
+  uint64_t dense_gradient = 0;   // 4 bytes x every element of every tensor (the paper's baseline)
+  uint64_t wire_sent = 0;        // bytes this rank sent in the collectives
   uint64_t wire_received = 0;
   uint64_t dense_wire_sent = 0;  // what a dense ring allreduce of the whole gradient would send
   ExchangeBytes& operator+=(const ExchangeBytes& other);
+  ExchangeBytes& operator-=(const ExchangeBytes& other);  // field by field (counters' differences)
 };
 
 // Seconds spent in each phase of the last Exchange::run on this rank (steady clock):
@@ -152,11 +168,16 @@ class Exchange {
  private:
   // The messages of one iteration by algorithm: on return `received` holds every message this
   // rank decodes into its updates (one per rank), validated.
-  void exchange_messages(uint64_t iteration, std::span<const Selection> selections,
-                         uint16_t flags, int& flagged);
-  void sparse_allreduce(uint64_t iteration, std::span<const Selection> selections,
-                        uint16_t flags, int& flagged);
+  void exchange_messages(uint64_t iteration, std::span<const Selection> selections, uint16_t flags,
+                         int& flagged);
+  void sparse_allreduce(uint64_t iteration, std::span<const Selection> selections, uint16_t flags,
+                        int& flagged);
   void validate_all(uint64_t iteration, const char* what, int& flagged);
+  // Appends compressed tensor i's entry to `writer` and counts its bytes in last_.
+  void add_entry(MessageWriter& writer, size_t i, std::span<const uint32_t> indices,
+                 std::span<const float> values);
+  // The dense path's collective: dense_flat replaced by the sum over ranks (not yet / N).
+  void sum_dense(uint64_t iteration, std::span<float> dense_flat);
 
   comm::Communicator& comm_;
   std::vector<TensorSpec> layout_;
@@ -168,6 +189,7 @@ class Exchange {
   uint64_t total_numel_ = 0;  // elements of all tensors
   ExchangeAlgorithm algorithm_ = ExchangeAlgorithm::kAllgather;
   std::vector<uint64_t> offsets_;  // global index of each compressed tensor's first element
+  std::optional<size_t> group_;    // index into compressed_ of the dense-path group
   std::vector<uint8_t> message_;
   std::vector<std::vector<uint8_t>> received_;  // the messages of the current phase, by rank
   std::vector<ValidatedMessage> validated_;     // ... validated (refer into received_)

@@ -22,7 +22,8 @@ std::span<float> float_span(const torch::Tensor& t) {
 std::string bytes_text(const ExchangeBytes& b) {
   std::ostringstream out;
   out << b.message << " " << b.dense_gradient << " " << b.wire_sent << " " << b.wire_received << " "
-      << b.dense_wire_sent;
+      << b.dense_wire_sent << " " << b.message_compressed << " " << b.message_dense_path << " "
+      << b.message_headers;
   return out.str();
 }
 
@@ -30,7 +31,7 @@ ExchangeBytes parse_bytes(const CheckpointFile& file, const std::string& name) {
   std::istringstream in(file.text(name));
   ExchangeBytes b;
   if (!(in >> b.message >> b.dense_gradient >> b.wire_sent >> b.wire_received >>
-        b.dense_wire_sent)) {
+        b.dense_wire_sent >> b.message_compressed >> b.message_dense_path >> b.message_headers)) {
     throw DataError("checkpoint " + file.path() + ": record '" + name + "' is malformed");
   }
   return b;
@@ -48,6 +49,24 @@ int64_t parse_int(const CheckpointFile& file, const std::string& name) {
                   text + "'");
 }
 
+// The dense-path group's name in the exchange's layout and in checkpoints.
+constexpr const char* kDensePathGroup = "[dense-path group]";
+
+// The update of a compressed tensor (and of a dense-path tensor with kGrouped): weight decay
+// through its own momentum b, then the received update, which already holds the momentum.
+void apply_update(float* w, const float* update, float* b, size_t n, float lr, float m, float wd,
+                  bool nesterov) {
+  if (wd == 0.0f) {
+    for (size_t e = 0; e < n; ++e) w[e] -= lr * update[e];
+    return;
+  }
+  for (size_t e = 0; e < n; ++e) {
+    const float decay = wd * w[e];
+    b[e] = m * b[e] + decay;
+    w[e] -= lr * ((nesterov ? decay + m * b[e] : b[e]) + update[e]);
+  }
+}
+
 // A distinct sampling stream per rank from the shared seed.
 uint64_t rank_seed(uint64_t seed, int rank) {
   return seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1));
@@ -62,6 +81,8 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
   DGC_CHECK_GE(options_.iterations_per_epoch, 1, "iterations per epoch");
   DGC_CHECK(options_.density.density > 0 && options_.density.density <= 1,
             "density must be in (0, 1], got ", options_.density.density);
+  DGC_CHECK(options_.dense_path_density > 0 && options_.dense_path_density <= 1,
+            "dense-path density must be in (0, 1], got ", options_.dense_path_density);
   DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
   DGC_CHECK_GE(options_.compressor.momentum.momentum, 0.0, "momentum");
 
@@ -75,10 +96,21 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
   }
   DGC_CHECK(!params_.empty(), "the model has no parameters");
 
-  auto layout = make_layout(named_shapes, options_.policy);
-  if (options_.compression == Compression::kNone) {
-    for (auto& spec : layout) spec.path = TensorPath::kDense;
+  const bool dgc = options_.compression == Compression::kDgc;
+  layout_ = make_layout(named_shapes, options_.policy);
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    if (!dgc) layout_[t].path = TensorPath::kDense;
+    (layout_[t].path == TensorPath::kCompressed ? compressed_ : dense_).push_back(t);
   }
+  grouped_ = dgc && options_.dense_path == DensePath::kGrouped && !dense_.empty();
+  size_t dense_numel = 0;
+  for (const size_t t : dense_) {
+    const auto n = static_cast<size_t>(layout_[t].numel());
+    dense_offsets_.push_back(dense_numel);
+    if (!grouped_) dense_momentum_.emplace_back(n, 0.0f);
+    dense_numel += n;
+  }
+  dense_flat_.assign(dense_numel, 0.0f);
   settings_ = describe(options_) + run_settings;
   if (!settings_.empty() && settings_.back() != '\n') settings_ += '\n';
 
@@ -88,18 +120,38 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
   exchange_options.settings = settings_;
   exchange_options.algorithm = options_.exchange;
   exchange_options.density = options_.density.density;
-  exchange_ = std::make_unique<Exchange>(comm_, std::move(layout), exchange_options);
+  std::vector<TensorSpec> exchange_layout;
+  if (grouped_) {
+    // The compressed tensors, then the dense-path group in their place.
+    for (const size_t t : compressed_) exchange_layout.push_back(layout_[t]);
+    exchange_layout.push_back(
+        TensorSpec{kDensePathGroup, {static_cast<int64_t>(dense_numel)}, TensorPath::kCompressed});
+    exchange_options.dense_path_group = compressed_.size();
+  } else {
+    exchange_layout = layout_;
+  }
+  if (dgc && options_.dense_path == DensePath::kFloat16) {
+    dense_value_type_ = ValueType::kFloat16;
+  } else if (dgc && options_.dense_path == DensePath::kBFloat16) {
+    dense_value_type_ = ValueType::kBFloat16;
+  }
+  exchange_options.dense_value_type = dense_value_type_;
+  if (dense_value_type_ != ValueType::kFloat32) {
+    dense_residual_.assign(dense_numel, 0.0f);
+    saved_residual_.assign(dense_numel, 0.0f);
+  }
+  exchange_ = std::make_unique<Exchange>(comm_, std::move(exchange_layout), exchange_options);
 
-  const auto& compressed = exchange_->compressed_tensors();
-  if (!compressed.empty()) {
-    std::vector<int64_t> numels;
-    for (const size_t t : compressed) numels.push_back(exchange_->layout()[t].numel());
+  std::vector<int64_t> numels;
+  for (const size_t t : compressed_) numels.push_back(layout_[t].numel());
+  if (grouped_) numels.push_back(static_cast<int64_t>(dense_numel));
+  if (!numels.empty()) {
     CompressionOptions compressor_options = options_.compressor;
     compressor_options.density = options_.density.density;
     compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
     compressor_ = std::make_unique<Compressor>(numels, compressor_options);
-    selections_.resize(compressed.size());
-    unapplied_.resize(compressed.size());
+    selections_.resize(numels.size());
+    unapplied_.resize(numels.size());
     for (const int64_t n : numels) {
       updates_.emplace_back(static_cast<size_t>(n), 0.0f);
       decay_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
@@ -107,14 +159,6 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
       saved_velocity_.emplace_back(static_cast<size_t>(n), 0.0f);
     }
   }
-  size_t offset = 0;
-  for (const size_t t : exchange_->dense_tensors()) {
-    const auto n = static_cast<size_t>(exchange_->layout()[t].numel());
-    dense_offsets_.push_back(offset);
-    dense_momentum_.emplace_back(n, 0.0f);
-    offset += n;
-  }
-  dense_flat_.assign(offset, 0.0f);
 
   // The initial broadcast: every rank starts from rank 0's model.
   std::vector<std::span<float>> spans;
@@ -130,6 +174,13 @@ double DistributedOptimizer::learning_rate() const {
 double DistributedOptimizer::density() const {
   if (options_.compression == Compression::kNone) return 1.0;
   return density_at(options_.density, iteration_, options_.iterations_per_epoch);
+}
+
+double DistributedOptimizer::dense_path_density() const {
+  if (!grouped_) return 1.0;
+  DensitySchedule schedule = options_.density;
+  schedule.density = options_.dense_path_density;
+  return density_at(schedule, iteration_, options_.iterations_per_epoch);
 }
 
 int64_t DistributedOptimizer::warmup_iterations() const {
@@ -182,20 +233,31 @@ void DistributedOptimizer::step() {
       for (auto& g : grads) scale(float_span(g), static_cast<float>(c));
     }
   }
-  const auto& compressed = exchange_->compressed_tensors();
+  for (size_t j = 0; j < dense_.size(); ++j) {
+    const auto g = float_span(grads[dense_[j]]);
+    const auto to = dense_flat_.begin() + static_cast<ptrdiff_t>(dense_offsets_[j]);
+    if (local_ok) {
+      std::copy(g.begin(), g.end(), to);
+    } else {
+      std::fill_n(to, g.size(), 0.0f);
+    }
+  }
   if (compressor_) {
-    for (size_t i = 0; i < compressed.size(); ++i) {
+    for (size_t i = 0; i < selections_.size(); ++i) {
       const auto m = compressor_->momentum(i);
       const auto v = compressor_->velocity(i);
       std::copy(m.begin(), m.end(), saved_momentum_[i].begin());
       std::copy(v.begin(), v.end(), saved_velocity_[i].begin());
     }
     saved_rng_ = compressor_->rng();
-    const double d = density();
     if (local_ok) {
       try {
-        for (size_t i = 0; i < compressed.size(); ++i) {
-          compressor_->step(i, float_span(grads[compressed[i]]), d, selections_[i]);
+        const double d = density();
+        for (size_t i = 0; i < compressed_.size(); ++i) {
+          compressor_->step(i, float_span(grads[compressed_[i]]), d, selections_[i]);
+        }
+        if (grouped_) {
+          compressor_->step(group(), dense_flat_, dense_path_density(), selections_[group()]);
         }
       } catch (const NumericError&) {
         // The velocity overflowed: report it like a bad gradient so every rank stops together.
@@ -206,23 +268,19 @@ void DistributedOptimizer::step() {
       for (auto& selection : selections_) selection.clear();
     }
   }
-  const auto& dense = exchange_->dense_tensors();
-  for (size_t j = 0; j < dense.size(); ++j) {
-    const auto g = float_span(grads[dense[j]]);
-    if (local_ok) {
-      std::copy(g.begin(), g.end(),
-                dense_flat_.begin() + static_cast<ptrdiff_t>(dense_offsets_[j]));
-    } else {
-      std::fill_n(dense_flat_.begin() + static_cast<ptrdiff_t>(dense_offsets_[j]), g.size(), 0.0f);
-    }
+  if (!dense_residual_.empty()) {
+    saved_residual_ = dense_residual_;
+    if (local_ok) round_with_residual(dense_flat_, dense_residual_, dense_value_type_);
   }
 
   // 3. The exchange.
   std::vector<std::span<float>> update_spans;
   for (auto& u : updates_) update_spans.emplace_back(u);
   const auto exchange_start = Clock::now();
+  const std::span<float> dense_exchanged =
+      grouped_ ? std::span<float>() : std::span<float>(dense_flat_);
   const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), selections_, update_spans,
-                                       dense_flat_, local_ok, unapplied_);
+                                       dense_exchanged, local_ok, unapplied_);
   const auto exchange_end = Clock::now();
   timings_.compress = seconds(start, exchange_start);
   timings_.exchange = seconds(exchange_start, exchange_end);
@@ -230,6 +288,7 @@ void DistributedOptimizer::step() {
   // 4. A bad gradient anywhere: undo, and every rank stops at this step.
   if (bad_ranks > 0) {
     if (compressor_) restore_compressor();
+    dense_residual_ = saved_residual_;
     throw NumericError(detail::concat(
         "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
         iteration_, " (epoch ", iteration_ / options_.iterations_per_epoch + 1,
@@ -256,30 +315,29 @@ void DistributedOptimizer::step() {
   const auto m = static_cast<float>(options_.compressor.momentum.momentum);
   const bool nesterov = options_.compressor.momentum.nesterov;
   const auto wd = static_cast<float>(options_.weight_decay);
-  for (size_t j = 0; j < dense.size(); ++j) {
-    float* w = params_[dense[j]].tensor.data_ptr<float>();
-    const float* avg = dense_flat_.data() + dense_offsets_[j];
-    float* u = dense_momentum_[j].data();
-    const size_t n = dense_momentum_[j].size();
-    for (size_t e = 0; e < n; ++e) {
-      const float g = avg[e] + wd * w[e];
-      u[e] = m * u[e] + g;
-      w[e] -= lr * (nesterov ? g + m * u[e] : u[e]);
+  if (!grouped_) {
+    for (size_t j = 0; j < dense_.size(); ++j) {
+      float* w = params_[dense_[j]].tensor.data_ptr<float>();
+      const float* avg = dense_flat_.data() + dense_offsets_[j];
+      float* u = dense_momentum_[j].data();
+      const size_t n = dense_momentum_[j].size();
+      for (size_t e = 0; e < n; ++e) {
+        const float g = avg[e] + wd * w[e];
+        u[e] = m * u[e] + g;
+        w[e] -= lr * (nesterov ? g + m * u[e] : u[e]);
+      }
     }
   }
-  for (size_t i = 0; i < compressed.size(); ++i) {
-    float* w = params_[compressed[i]].tensor.data_ptr<float>();
-    const float* update = updates_[i].data();
-    float* b = decay_momentum_[i].data();
-    const size_t n = updates_[i].size();
-    if (wd != 0.0f) {
-      for (size_t e = 0; e < n; ++e) {
-        const float decay = wd * w[e];
-        b[e] = m * b[e] + decay;
-        w[e] -= lr * ((nesterov ? decay + m * b[e] : b[e]) + update[e]);
-      }
-    } else {
-      for (size_t e = 0; e < n; ++e) w[e] -= lr * update[e];
+  for (size_t i = 0; i < compressed_.size(); ++i) {
+    apply_update(params_[compressed_[i]].tensor.data_ptr<float>(), updates_[i].data(),
+                 decay_momentum_[i].data(), updates_[i].size(), lr, m, wd, nesterov);
+  }
+  if (grouped_) {
+    for (size_t j = 0; j < dense_.size(); ++j) {
+      const size_t at = dense_offsets_[j];
+      apply_update(params_[dense_[j]].tensor.data_ptr<float>(), updates_[group()].data() + at,
+                   decay_momentum_[group()].data() + at,
+                   static_cast<size_t>(params_[dense_[j]].tensor.numel()), lr, m, wd, nesterov);
     }
   }
 
@@ -349,18 +407,17 @@ void DistributedOptimizer::save(CheckpointFile& file) const {
     file.put_array("model/buffer/" + item.key(), c10::toString(b.scalar_type()), b.sizes().vec(),
                    b.data_ptr(), b.nbytes());
   }
-  const auto& layout = exchange_->layout();
-  const auto& dense = exchange_->dense_tensors();
-  for (size_t j = 0; j < dense.size(); ++j) {
-    file.put_floats("optimizer/momentum/" + layout[dense[j]].name, dense_momentum_[j]);
+  for (size_t j = 0; j < dense_momentum_.size(); ++j) {
+    file.put_floats("optimizer/momentum/" + layout_[dense_[j]].name, dense_momentum_[j]);
   }
-  const auto& compressed = exchange_->compressed_tensors();
-  for (size_t i = 0; i < compressed.size(); ++i) {
-    const std::string& name = layout[compressed[i]].name;
+  for (size_t i = 0; i < selections_.size(); ++i) {
+    const std::string name =
+        i < compressed_.size() ? layout_[compressed_[i]].name : kDensePathGroup;
     file.put_floats("optimizer/decay_momentum/" + name, decay_momentum_[i]);
     file.put_floats("dgc/momentum/" + name, compressor_->momentum(i));
     file.put_floats("dgc/velocity/" + name, compressor_->velocity(i));
   }
+  if (!dense_residual_.empty()) file.put_floats("optimizer/dense_residual", dense_residual_);
   if (compressor_) {
     std::ostringstream rng;
     rng << compressor_->rng();
@@ -403,18 +460,17 @@ void DistributedOptimizer::load(const CheckpointFile& file) {
     }
     std::memcpy(b.data_ptr(), record.data.data(), b.nbytes());
   }
-  const auto& layout = exchange_->layout();
-  const auto& dense = exchange_->dense_tensors();
-  for (size_t j = 0; j < dense.size(); ++j) {
-    file.get_floats("optimizer/momentum/" + layout[dense[j]].name, dense_momentum_[j]);
+  for (size_t j = 0; j < dense_momentum_.size(); ++j) {
+    file.get_floats("optimizer/momentum/" + layout_[dense_[j]].name, dense_momentum_[j]);
   }
-  const auto& compressed = exchange_->compressed_tensors();
-  for (size_t i = 0; i < compressed.size(); ++i) {
-    const std::string& name = layout[compressed[i]].name;
+  for (size_t i = 0; i < selections_.size(); ++i) {
+    const std::string name =
+        i < compressed_.size() ? layout_[compressed_[i]].name : kDensePathGroup;
     file.get_floats("optimizer/decay_momentum/" + name, decay_momentum_[i]);
     file.get_floats("dgc/momentum/" + name, compressor_->momentum(i));
     file.get_floats("dgc/velocity/" + name, compressor_->velocity(i));
   }
+  if (!dense_residual_.empty()) file.get_floats("optimizer/dense_residual", dense_residual_);
   if (compressor_) {
     std::istringstream rng(file.text("dgc/rng"));
     rng >> compressor_->rng();

@@ -46,6 +46,28 @@ std::string to_string(Compression compression) {
   return compression == Compression::kNone ? "none" : "dgc";
 }
 
+DensePath parse_dense_path(const std::string& name) {
+  if (name == "exact") return DensePath::kExact;
+  if (name == "grouped") return DensePath::kGrouped;
+  if (name == "fp16") return DensePath::kFloat16;
+  if (name == "bf16") return DensePath::kBFloat16;
+  throw InvalidArgument("unknown dense path '" + name + "': expected exact, grouped, fp16 or bf16");
+}
+
+std::string to_string(DensePath dense_path) {
+  switch (dense_path) {
+    case DensePath::kGrouped:
+      return "grouped";
+    case DensePath::kFloat16:
+      return "fp16";
+    case DensePath::kBFloat16:
+      return "bf16";
+    case DensePath::kExact:
+      break;
+  }
+  return "exact";
+}
+
 std::string describe(const OptimizerOptions& o) {
   std::ostringstream out;
   const auto& c = o.compressor;
@@ -77,7 +99,11 @@ std::string describe(const OptimizerOptions& o) {
         << "value_type=" << dgc::to_string(c.value_type) << "\n"
         << "min_compress_numel=" << o.policy.min_numel << "\n"
         << "compress_1d=" << o.policy.compress_1d << "\n"
-        << "exchange=" << dgc::to_string(o.exchange) << "\n";
+        << "exchange=" << dgc::to_string(o.exchange) << "\n"
+        << "dense_path=" << to_string(o.dense_path) << "\n";
+    if (o.dense_path == DensePath::kGrouped) {
+      out << "dense_path_density=" << Num{o.dense_path_density} << "\n";
+    }
   }
   return out.str();
 }

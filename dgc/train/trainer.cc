@@ -186,11 +186,8 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     metrics.train_seconds = train_seconds;
     metrics.exchange_seconds = exchange_seconds;
     const ExchangeBytes& after = optimizer.total_bytes();
-    metrics.bytes.message = after.message - bytes_before.message;
-    metrics.bytes.dense_gradient = after.dense_gradient - bytes_before.dense_gradient;
-    metrics.bytes.wire_sent = after.wire_sent - bytes_before.wire_sent;
-    metrics.bytes.wire_received = after.wire_received - bytes_before.wire_received;
-    metrics.bytes.dense_wire_sent = after.dense_wire_sent - bytes_before.dense_wire_sent;
+    metrics.bytes = after;
+    metrics.bytes -= bytes_before;
     metrics.compression_ratio = metrics.bytes.message > 0
                                     ? static_cast<double>(metrics.bytes.dense_gradient) /
                                           static_cast<double>(metrics.bytes.message)

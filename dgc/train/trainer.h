@@ -86,10 +86,10 @@ struct EpochMetrics {
   std::vector<Metric> evaluation;  // the task's metrics after the epoch
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch
+  int64_t iterations = 0;          // steps in this epoch
   ExchangeBytes bytes;             // this worker, this epoch
   double compression_ratio = 0.0;  // bytes.dense_gradient / bytes.message
   double seconds = 0.0;            // training and evaluation of this epoch
-  int64_t iterations = 0;          // optimizer steps in this epoch
   double train_seconds = 0.0;      // the training steps alone (forward, backward, optimizer)
   double exchange_seconds = 0.0;   // the optimizer's exchange (encode, collectives, decode)
 };

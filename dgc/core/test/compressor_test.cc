@@ -391,5 +391,48 @@ TEST(RoundTo, RoundsToNearestEvenAndSaturates) {
             bf16_to_float(0x7F7F));
 }
 
+// Rounding with error feedback: over T calls the rounded values sum to the inputs' sum minus the
+// last residual, every rounded value is representable in the type, and the residual stays below
+// the rounding step of the value it came from.
+class RoundWithResidual : public ::testing::TestWithParam<ValueType> {};
+
+TEST_P(RoundWithResidual, SumOfSentIsSumOfInputsUpToTheLastResidual) {
+  const ValueType type = GetParam();
+  constexpr size_t kN = 257;
+  constexpr int kSteps = 50;
+  std::vector<float> residual(kN, 0.0f), values(kN);
+  std::vector<double> inputs(kN, 0.0), sent(kN, 0.0);
+  for (int s = 0; s < kSteps; ++s) {
+    for (size_t i = 0; i < kN; ++i) {
+      values[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i) + 1.9 * s) *
+                                     std::pow(10.0, static_cast<double>(i % 7) - 3.0));
+      inputs[i] += values[i];
+    }
+    round_with_residual(values, residual, type);
+    for (size_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(values[i], round_to(values[i], type)) << "not representable: " << i;
+      sent[i] += values[i];
+    }
+  }
+  double largest_residual = 0.0;
+  for (size_t i = 0; i < kN; ++i) {
+    EXPECT_NEAR(sent[i] + residual[i], inputs[i], 1e-5 * (1.0 + std::abs(inputs[i]))) << i;
+    largest_residual = std::max(largest_residual, static_cast<double>(std::abs(residual[i])));
+  }
+  EXPECT_GT(largest_residual, 0.0);  // rounding did drop something, and it was fed back
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RoundWithResidual,
+                         ::testing::Values(ValueType::kFloat16, ValueType::kBFloat16));
+
+TEST(RoundWithResidual, Fp32LosesNothingAndSizesMustMatch) {
+  std::vector<float> values = {1.5f, -2.25f}, residual = {0.25f, 0.0f};
+  round_with_residual(values, residual, ValueType::kFloat32);
+  EXPECT_EQ(values, (std::vector<float>{1.75f, -2.25f}));
+  EXPECT_EQ(residual, (std::vector<float>{0.0f, 0.0f}));
+  std::vector<float> short_residual(1);
+  EXPECT_THROW(round_with_residual(values, short_residual, ValueType::kFloat16), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace dgc

@@ -10,23 +10,23 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <ostream>
 #include <random>
-#include <chrono>
-#include <mutex>
 #include <thread>
 
 #include "dgc/comm/launch.h"
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/codec.h"
+#include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
 #include "dgc/exchange/reference.h"
 #include "dgc/exchange/sparse_allreduce.h"
 #include "dgc/exchange/test/exchange_fixture.h"
-#include "dgc/core/compressor.h"
 
 namespace dgc {
 namespace {
@@ -97,8 +97,7 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << to_string(c.algorithm) << ", N = " << c.world_size << ", "
-      << to_string(c.value_type);
+  *os << to_string(c.algorithm) << ", N = " << c.world_size << ", " << to_string(c.value_type);
 }
 
 ExchangeOptions options_for(const Case& c) {
@@ -118,8 +117,8 @@ std::vector<Selection> run_checked(comm::Communicator& comm, Exchange& exchange,
   const int n = comm.size();
   auto in = rank_inputs(layout, comm.rank(), it, pattern);
   std::vector<Selection> unapplied(in.selections.size());
-  const int flagged = exchange.run(it, in.selections, test::spans(updates), in.dense, true,
-                                   unapplied);
+  const int flagged =
+      exchange.run(it, in.selections, test::spans(updates), in.dense, true, unapplied);
   EXPECT_EQ(flagged, 0);
   const auto all_unapplied = test::gather_unapplied(comm, unapplied);
   const auto expected = test::expected_result(layout, n, it, pattern);
@@ -215,10 +214,43 @@ TEST_P(ExchangeTest, BytesHaveTheirClosedForm) {
   });
 }
 
+// A 16-bit dense path: every rank receives the rank-order sum of the ranks' 16-bit values / N,
+// and its message counts 2 bytes per dense-path element; the parts add up to the message.
+TEST(Exchange, SixteenBitDensePathIsTheRankOrderSumAndTwoBytesAnElement) {
+  constexpr int n = 3;
+  const auto layout = model_layout();
+  const uint64_t dense_numel = 16 + 10 + 16;
+  for (const ValueType type : {ValueType::kFloat16, ValueType::kBFloat16}) {
+    comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+      ExchangeOptions options = exchange_options();
+      options.dense_value_type = type;
+      Exchange exchange(comm, layout, options);
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152),
+                                                 std::vector<float>(3000)};
+      auto in = rank_inputs(layout, comm.rank(), 0);
+      for (float& x : in.dense) x = round_to(x, type);
+      ASSERT_EQ(exchange.run(0, in.selections, test::spans(updates), in.dense), 0);
+      for (uint64_t e = 0; e < dense_numel; ++e) {
+        float sum = 0.0f;
+        for (int r = 0; r < n; ++r) sum += round_to(rank_inputs(layout, r, 0).dense[e], type);
+        EXPECT_EQ(in.dense[e], sum / n) << to_string(type) << " element " << e;
+      }
+      const auto& b = exchange.last();
+      const uint64_t size = encoded_sizes(layout, n, 0, ValueType::kFloat32)[comm.rank()];
+      EXPECT_EQ(b.message, size + 2 * dense_numel);
+      EXPECT_EQ(b.message_dense_path, 2 * dense_numel);
+      EXPECT_EQ(b.message_headers, kMessageHeaderBytes);
+      EXPECT_EQ(b.message_compressed, size - kMessageHeaderBytes);
+    });
+  }
+}
+
 // The flag travels in the header of every message, with and without dense-path tensors: every
 // rank gets the same count, and the next iteration is exact again.
 // World sizes 1..8 run in UpdatesAre...; the other tests take a subset to keep the suite short.
-bool secondary(const Case& c) { return c.world_size == 5 || c.world_size == 6 || c.world_size == 7; }
+bool secondary(const Case& c) {
+  return c.world_size == 5 || c.world_size == 6 || c.world_size == 7;
+}
 
 TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
   const Case c = GetParam();
@@ -238,8 +270,7 @@ TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
             for (auto& s : in.selections) s.clear();
           }
           std::vector<Selection> unapplied(in.selections.size());
-          EXPECT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense, ok,
-                                 unapplied),
+          EXPECT_EQ(exchange.run(it, in.selections, test::spans(updates), in.dense, ok, unapplied),
                     it == 1 ? 1 : n)
               << "iteration " << it;
         } else {
@@ -408,7 +439,7 @@ TEST(SparseAllreduce, EqualBoundsSplitTheIndexSpace) {
 
 TEST(SparseAllreduce, BalancedBoundsPutTheSameNumberOfIndicesInEachRegion) {
   std::vector<uint64_t> indices;
-  for (uint64_t i = 0; i < 90; ++i) indices.push_back(i);          // 90 near the start
+  for (uint64_t i = 0; i < 90; ++i) indices.push_back(i);               // 90 near the start
   for (uint64_t i = 0; i < 10; ++i) indices.push_back(1000 + i * 900);  // 10 spread out
   const auto bounds = sparse::balanced_bounds(indices, 10000, 4);
   ASSERT_EQ(bounds.size(), 5u);
@@ -472,9 +503,10 @@ TEST(SparseAllreduce, ReceivesUnderAThirdOfAllgathersBytesAtEightRanks) {
       received[a] = std::max(received[a], most);
     });
   }
-  std::printf("received per rank and iteration at N = 8: allgather %llu B, sparse-allreduce %llu B\n",
-              static_cast<unsigned long long>(received[ExchangeAlgorithm::kAllgather]),
-              static_cast<unsigned long long>(received[ExchangeAlgorithm::kSparseAllreduce]));
+  std::printf(
+      "received per rank and iteration at N = 8: allgather %llu B, sparse-allreduce %llu B\n",
+      static_cast<unsigned long long>(received[ExchangeAlgorithm::kAllgather]),
+      static_cast<unsigned long long>(received[ExchangeAlgorithm::kSparseAllreduce]));
   EXPECT_LE(3 * received[ExchangeAlgorithm::kSparseAllreduce],
             received[ExchangeAlgorithm::kAllgather]);
 }
@@ -681,8 +713,9 @@ TEST(Handshake, AlgorithmIsPartOfTheAgreement) {
       errors[comm.rank()] = e.what();
     }
   });
-  expect_same_error_everywhere(errors, {"setting 'exchange.algorithm'", "rank 0 has 'direct (direct)'",
-                                        "rank 2 has 'sparse-allreduce (sparse-allreduce)'"});
+  expect_same_error_everywhere(errors,
+                               {"setting 'exchange.algorithm'", "rank 0 has 'direct (direct)'",
+                                "rank 2 has 'sparse-allreduce (sparse-allreduce)'"});
 }
 
 // ---- a corrupt or out-of-step message ----
@@ -862,8 +895,7 @@ TEST(Exchange, SparseAllreduceRejectsSumsOutsideTheOwnersRegion) {
     EXPECT_EQ(updates, before) << "nothing written on rank " << comm.rank();
   });
   for (int r = 0; r < n; ++r) {
-    EXPECT_NE(errors[r].find("reduced region message from rank 2"), std::string::npos)
-        << errors[r];
+    EXPECT_NE(errors[r].find("reduced region message from rank 2"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("outside its region"), std::string::npos) << errors[r];
   }
 }

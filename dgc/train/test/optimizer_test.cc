@@ -14,7 +14,10 @@
 #include <torch/torch.h>
 
 #include "dgc/comm/launch.h"
+#include "dgc/core/codec.h"
+#include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/optimizer.h"
 
 namespace dgc {
@@ -182,6 +185,7 @@ OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
   options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.weight_decay = 0.01;
+  options.dense_path = DensePath::kExact;  // the bias: exact average, ordinary momentum SGD
   return options;
 }
 
@@ -327,7 +331,8 @@ TEST_P(DgcOptimizerExchange, WeightsMoveByExactlyWhatLeftTheVelocities) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, DgcOptimizerExchange,
-                         ::testing::Values(ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                         ::testing::Values(ExchangeAlgorithm::kAllgather,
+                                           ExchangeAlgorithm::kDirect,
                                            ExchangeAlgorithm::kSparseAllreduce),
                          [](const auto& p) {
                            std::string name = to_string(p.param);
@@ -352,6 +357,444 @@ TEST(DgcOptimizer, CountsBytesAsThePaperDoes) {
     EXPECT_EQ(optimizer.warmup_iterations(), 2);
     EXPECT_EQ(optimizer.post_warmup_bytes().message, last.message);
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dense-path strategies on a small model with BatchNorm, against references written by hand.
+
+// fc.weight (80, compressed), then fc.bias, bn.weight, bn.bias (8 each): a dense path of 24.
+struct NormNet : torch::nn::Module {
+  NormNet()
+      : fc(register_module("fc", torch::nn::Linear(kCols, kRows))),
+        bn(register_module("bn", torch::nn::BatchNorm1d(kRows))) {}
+  torch::nn::Linear fc;
+  torch::nn::BatchNorm1d bn;
+};
+
+constexpr int64_t kDenseNumel = 3 * kRows;
+const std::array<int64_t, 4> kNormNetNumels = {kWeights, kRows, kRows, kRows};
+
+// Parameter p's initial values and the gradient of rank r at step s, in closed form.
+std::vector<float> initial_values(size_t p) {
+  std::vector<float> w(static_cast<size_t>(kNormNetNumels[p]));
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = 0.01f * static_cast<float>(static_cast<int>((i * 13 + p * 5) % 17) - 8);
+  }
+  return w;
+}
+std::vector<float> norm_gradient(size_t p, int rank, int step) {
+  return gradient(rank, step, kNormNetNumels[p], 0.5 * static_cast<double>(p));
+}
+
+void set_norm_gradients(NormNet& model, int rank, int step) {
+  auto params = model.parameters();
+  for (size_t p = 0; p < params.size(); ++p) {
+    params[p].mutable_grad() =
+        torch::tensor(norm_gradient(p, rank, step)).reshape(params[p].sizes());
+  }
+}
+
+OptimizerOptions dense_path_options(DensePath dense_path) {
+  OptimizerOptions options = dgc_options(false, SelectionMethod::kExact);
+  options.dense_path = dense_path;
+  options.dense_path_density = 0.1;  // k = 3 of 24 after warm-up, 6 (density 0.25) before
+  return options;
+}
+
+// Ranks' u, v and selection by exact top-k (ties to the lower index), sum / N into `update`,
+// masking: the DGC step of DGC.md, written out.
+void reference_dgc(std::vector<float>& u, std::vector<float>& v, const std::vector<float>& g,
+                   double density, int world, float m, std::vector<float>& update) {
+  const size_t n = g.size();
+  for (size_t i = 0; i < n; ++i) {
+    u[i] = m * u[i] + g[i];
+    v[i] = v[i] + u[i];
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return std::abs(v[a]) > std::abs(v[b]); });
+  const auto k = static_cast<size_t>(std::ceil(density * static_cast<double>(n)));
+  for (size_t j = 0; j < k; ++j) {
+    const size_t i = order[j];
+    update[i] += v[i] / static_cast<float>(world);
+    v[i] = 0.0f;
+    u[i] = 0.0f;
+  }
+}
+
+struct DensePathCase {
+  DensePath dense_path;
+  int world;
+};
+
+class DensePathStrategy : public ::testing::TestWithParam<DensePathCase> {};
+
+TEST_P(DensePathStrategy, EqualsTheReferenceWrittenByHand) {
+  const auto [dense_path, world] = GetParam();
+  constexpr int kSteps = 5;
+  const float m = 0.9f, lr = 0.1f, wd = 0.01f;
+  const auto type = dense_path == DensePath::kFloat16 ? ValueType::kFloat16 : ValueType::kBFloat16;
+
+  // The reference. params[0] is compressed; params[1..3] are the dense path, also as one group.
+  std::vector<std::vector<float>> params(4);
+  for (size_t p = 0; p < 4; ++p) params[p] = initial_values(p);
+  std::vector<float> decay_momentum(kWeights, 0.0f), group_decay_momentum(kDenseNumel, 0.0f);
+  std::vector<float> dense_momentum(kDenseNumel, 0.0f);
+  const auto per_rank = [&](size_t n) {
+    return std::vector<std::vector<float>>(static_cast<size_t>(world), std::vector<float>(n, 0.0f));
+  };
+  auto u = per_rank(kWeights), v = per_rank(kWeights);
+  auto group_u = per_rank(kDenseNumel), group_v = per_rank(kDenseNumel);
+  auto residual = per_rank(kDenseNumel);
+  const auto decayed_update = [&](std::vector<float>& w, size_t w_at, std::vector<float>& b,
+                                  size_t b_at, const std::vector<float>& update, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      const float decay = wd * w[w_at + i];
+      b[b_at + i] = m * b[b_at + i] + decay;
+      w[w_at + i] -= lr * (b[b_at + i] + update[b_at + i]);
+    }
+  };
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<float> update(kWeights, 0.0f), group_update(kDenseNumel, 0.0f);
+    std::vector<float> dense_sum(kDenseNumel, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      reference_dgc(u[r], v[r], norm_gradient(0, r, s), s < 2 ? 0.25 : 0.05, world, m, update);
+      std::vector<float> group;  // fc.bias, bn.weight, bn.bias: the layout order
+      for (size_t p = 1; p < 4; ++p) {
+        const auto g = norm_gradient(p, r, s);
+        group.insert(group.end(), g.begin(), g.end());
+      }
+      if (dense_path == DensePath::kGrouped) {
+        reference_dgc(group_u[r], group_v[r], group, s < 2 ? 0.25 : 0.1, world, m, group_update);
+        continue;
+      }
+      for (size_t i = 0; i < group.size(); ++i) {
+        float sent = group[i];
+        if (dense_path != DensePath::kExact) {
+          const float x = group[i] + residual[r][i];
+          sent = round_to(x, type);
+          residual[r][i] = x - sent;
+        }
+        dense_sum[i] += sent;
+      }
+    }
+    decayed_update(params[0], 0, decay_momentum, 0, update, kWeights);
+    for (size_t p = 1, at = 0; p < 4; at += params[p].size(), ++p) {
+      if (dense_path == DensePath::kGrouped) {
+        decayed_update(params[p], 0, group_decay_momentum, at, group_update, params[p].size());
+        continue;
+      }
+      for (size_t i = 0; i < params[p].size(); ++i) {
+        const float g = dense_sum[at + i] / static_cast<float>(world) + wd * params[p][i];
+        dense_momentum[at + i] = m * dense_momentum[at + i] + g;
+        params[p][i] -= lr * dense_momentum[at + i];
+      }
+    }
+  }
+
+  // The optimizer.
+  std::vector<std::vector<std::vector<float>>> got(static_cast<size_t>(world));
+  std::vector<std::vector<float>> got_group_v(static_cast<size_t>(world)),
+      got_residual(static_cast<size_t>(world));
+  comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
+    NormNet model;
+    auto model_params = model.parameters();
+    if (comm.rank() == 0) {
+      torch::NoGradGuard no_grad;
+      for (size_t p = 0; p < 4; ++p) {
+        model_params[p].copy_(torch::tensor(initial_values(p)).reshape(model_params[p].sizes()));
+      }
+    }
+    DistributedOptimizer optimizer(comm, model, dense_path_options(dense_path));
+    ASSERT_EQ(optimizer.layout().size(), 4u);
+    for (size_t p = 0; p < 4; ++p) {
+      EXPECT_EQ(optimizer.layout()[p].path, p == 0 ? TensorPath::kCompressed : TensorPath::kDense);
+    }
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_DOUBLE_EQ(optimizer.dense_path_density(), dense_path != DensePath::kGrouped ? 1.0
+                                                       : s < 2                           ? 0.25
+                                                                                         : 0.1);
+      set_norm_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    const auto r = static_cast<size_t>(comm.rank());
+    for (const auto& p : model_params) got[r].push_back(to_vector(p));
+    if (dense_path == DensePath::kGrouped) {
+      ASSERT_EQ(optimizer.compressor()->num_tensors(), 2u);
+      const auto gv = optimizer.compressor()->velocity(1);
+      got_group_v[r].assign(gv.begin(), gv.end());
+    }
+    got_residual[r].assign(optimizer.dense_residual().begin(), optimizer.dense_residual().end());
+  });
+
+  for (int r = 0; r < world; ++r) {
+    for (size_t p = 0; p < 4; ++p) {
+      ASSERT_EQ(got[r][p].size(), params[p].size());
+      for (size_t i = 0; i < params[p].size(); ++i) {
+        ASSERT_NEAR(got[r][p][i], params[p][i], 1e-5)
+            << "rank " << r << " parameter " << p << " element " << i;
+      }
+      EXPECT_EQ(got[r][p], got[0][p]) << "ranks must hold identical weights";
+    }
+    if (dense_path == DensePath::kGrouped) {
+      for (int64_t i = 0; i < kDenseNumel; ++i) {
+        ASSERT_NEAR(got_group_v[r][i], group_v[r][i], 1e-5) << "rank " << r << " group " << i;
+      }
+    }
+    if (dense_path == DensePath::kFloat16 || dense_path == DensePath::kBFloat16) {
+      ASSERT_EQ(got_residual[r].size(), static_cast<size_t>(kDenseNumel));
+      for (int64_t i = 0; i < kDenseNumel; ++i) {
+        ASSERT_NEAR(got_residual[r][i], residual[r][i], 1e-6) << "rank " << r << " residual " << i;
+      }
+    } else {
+      EXPECT_TRUE(got_residual[r].empty());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, DensePathStrategy,
+    ::testing::Values(DensePathCase{DensePath::kExact, 1}, DensePathCase{DensePath::kExact, 2},
+                      DensePathCase{DensePath::kExact, 4}, DensePathCase{DensePath::kGrouped, 1},
+                      DensePathCase{DensePath::kGrouped, 2}, DensePathCase{DensePath::kGrouped, 4},
+                      DensePathCase{DensePath::kFloat16, 1}, DensePathCase{DensePath::kFloat16, 2},
+                      DensePathCase{DensePath::kFloat16, 4}, DensePathCase{DensePath::kBFloat16, 1},
+                      DensePathCase{DensePath::kBFloat16, 2},
+                      DensePathCase{DensePath::kBFloat16, 4}),
+    [](const auto& p) {
+      return to_string(p.param.dense_path) + "World" + std::to_string(p.param.world);
+    });
+
+// The group's selection (sampled, the paper's) is DGC on the concatenated dense-path tensors: a
+// Compressor given fc.weight and the concatenation, with the optimizer's seed, ends in the same
+// momentum and velocity, bit for bit.
+struct WideNormNet : torch::nn::Module {
+  WideNormNet()
+      : fc(register_module("fc", torch::nn::Linear(50, 40))),
+        bn(register_module("bn", torch::nn::BatchNorm1d(40))) {
+    scale = register_parameter("scale", torch::zeros({3000}));
+  }
+  torch::nn::Linear fc;
+  torch::nn::BatchNorm1d bn;
+  torch::Tensor scale;
+};
+
+class GroupedSelection : public ::testing::TestWithParam<int> {};
+
+TEST_P(GroupedSelection, EqualsDgcOnTheConcatenatedTensor) {
+  const int world = GetParam();
+  constexpr int kSteps = 4;
+  comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
+    WideNormNet model;
+    OptimizerOptions options = dense_path_options(DensePath::kGrouped);
+    options.compressor.selection.method = SelectionMethod::kSampled;
+    options.policy.min_numel = 1024;  // fc.weight (2000) compressed; 40 + 80 + 3000 grouped
+    options.density.density = 0.01;
+    options.density.warmup_epochs = 0;
+    options.dense_path_density = 0.01;
+    DistributedOptimizer optimizer(comm, model, options);
+    Compressor reference({2000, 3120}, optimizer.compressor()->options());
+    Selection selection;
+    // scale (own parameters come first), fc.weight, fc.bias, bn.weight, bn.bias.
+    const auto params = model.parameters();
+    ASSERT_EQ(params.size(), 5u);
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<float> weight_grad, group;  // the group: the dense path in layout order
+      for (size_t p = 0; p < params.size(); ++p) {
+        const auto g = gradient(comm.rank(), s, params[p].numel(), 0.3 * static_cast<double>(p));
+        params[p].mutable_grad() = torch::tensor(g).reshape(params[p].sizes());
+        auto& into = optimizer.layout()[p].path == TensorPath::kCompressed ? weight_grad : group;
+        into.insert(into.end(), g.begin(), g.end());
+      }
+      ASSERT_EQ(weight_grad.size(), 2000u);
+      optimizer.step();
+      reference.step(0, weight_grad, 0.01, selection);
+      reference.step(1, group, 0.01, selection);
+      EXPECT_GE(selection.indices.size(), 16u);  // a real selection: about 1% of 3120
+    }
+    for (size_t t = 0; t < 2; ++t) {
+      const std::span<const float> v = optimizer.compressor()->velocity(t),
+                                   rv = reference.velocity(t);
+      const std::span<const float> u = optimizer.compressor()->momentum(t),
+                                   ru = reference.momentum(t);
+      EXPECT_TRUE(std::equal(v.begin(), v.end(), rv.begin(), rv.end())) << "velocity " << t;
+      EXPECT_TRUE(std::equal(u.begin(), u.end(), ru.begin(), ru.end())) << "momentum " << t;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GroupedSelection, ::testing::Values(1, 2));
+
+// Error feedback loses nothing: with momentum 0 and no weight decay the dense-path weights move by
+// lr times the sum of what was sent, which must equal the sum of the exact averages minus the
+// ranks' last residuals / N.
+class ErrorFeedback : public ::testing::TestWithParam<DensePath> {};
+
+TEST_P(ErrorFeedback, SentOverTStepsIsTheExactSumUpToTheLastResidual) {
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 12;
+  const float lr = 0.1f;
+  std::vector<std::vector<float>> residuals(kWorld);
+  std::vector<float> before, after;  // the dense path, concatenated, on rank 0
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    NormNet model;
+    OptimizerOptions options = dense_path_options(GetParam());
+    options.compressor.momentum.momentum = 0.0;
+    options.weight_decay = 0.0;
+    DistributedOptimizer optimizer(comm, model, options);
+    const auto dense = [&] {
+      std::vector<float> out;
+      const auto params = model.parameters();
+      for (size_t p = 1; p < 4; ++p) {
+        const auto w = to_vector(params[p]);
+        out.insert(out.end(), w.begin(), w.end());
+      }
+      return out;
+    };
+    if (comm.rank() == 0) before = dense();
+    for (int s = 0; s < kSteps; ++s) {
+      set_norm_gradients(model, comm.rank(), s);
+      optimizer.step();
+    }
+    if (comm.rank() == 0) after = dense();
+    residuals[comm.rank()].assign(optimizer.dense_residual().begin(),
+                                  optimizer.dense_residual().end());
+  });
+  double largest_residual = 0.0;
+  for (int64_t i = 0; i < kDenseNumel; ++i) {
+    double exact = 0.0, residual = 0.0;
+    for (int r = 0; r < kWorld; ++r) {
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<float> group;
+        for (size_t p = 1; p < 4; ++p) {
+          const auto g = norm_gradient(p, r, s);
+          group.insert(group.end(), g.begin(), g.end());
+        }
+        exact += group[i] / kWorld;
+      }
+      residual += residuals[r][i] / kWorld;
+    }
+    largest_residual = std::max(largest_residual, std::abs(residual));
+    const double sent = (before[i] - after[i]) / lr;
+    EXPECT_NEAR(sent, exact - residual, 2e-5) << "element " << i;
+  }
+  // The residual term matters: leaving it out would fail the check above.
+  EXPECT_GT(largest_residual, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, ErrorFeedback,
+                         ::testing::Values(DensePath::kFloat16, DensePath::kBFloat16),
+                         [](const auto& p) { return to_string(p.param); });
+
+TEST(DensePathStrategy, RanksWithAnotherStrategyStopAtTheHandshake) {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    NormNet model;
+    const auto options =
+        dense_path_options(comm.rank() == 0 ? DensePath::kGrouped : DensePath::kFloat16);
+    try {
+      DistributedOptimizer optimizer(comm, model, options);
+    } catch (const MismatchError& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      messages.push_back(e.what());
+    }
+  });
+  ASSERT_EQ(messages.size(), 2u);
+  for (const auto& message : messages) {
+    EXPECT_NE(message.find("setting 'dense_path': rank 0 has 'grouped'; rank 1 has 'fp16'"),
+              std::string::npos)
+        << message;
+  }
+}
+
+// A checkpoint carries the strategy's state: 3 steps, save, a fresh optimizer loads, 3 more steps
+// equal 6 steps without the interruption, bit for bit.
+class DensePathCheckpoint : public ::testing::TestWithParam<DensePath> {};
+
+TEST_P(DensePathCheckpoint, ResumeEqualsTheUninterruptedRun) {
+  constexpr int kWorld = 2;
+  const auto options = dense_path_options(GetParam());
+  std::vector<std::vector<float>> straight(kWorld), resumed(kWorld);
+  std::vector<CheckpointFile> files(kWorld);
+  const auto run = [&](int from, int to, bool load, bool save,
+                       std::vector<std::vector<float>>* out) {
+    comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+      NormNet model;
+      auto model_params = model.parameters();
+      {
+        torch::NoGradGuard no_grad;
+        for (size_t p = 0; p < 4; ++p) {
+          model_params[p].copy_(torch::tensor(initial_values(p)).reshape(model_params[p].sizes()));
+        }
+      }
+      DistributedOptimizer optimizer(comm, model, options);
+      if (load) optimizer.load(files[comm.rank()]);
+      for (int s = from; s < to; ++s) {
+        set_norm_gradients(model, comm.rank(), s);
+        optimizer.step();
+      }
+      if (save) {
+        files[comm.rank()] = CheckpointFile();
+        optimizer.save(files[comm.rank()]);
+      }
+      if (out) {
+        for (const auto& p : model.parameters()) {
+          const auto w = to_vector(p);
+          (*out)[comm.rank()].insert((*out)[comm.rank()].end(), w.begin(), w.end());
+        }
+      }
+    });
+  };
+  run(0, 6, false, false, &straight);
+  run(0, 3, false, true, nullptr);
+  run(3, 6, true, false, &resumed);
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(resumed[r], straight[r]) << "rank " << r;
+  if (GetParam() == DensePath::kFloat16) {
+    EXPECT_TRUE(files[0].has("optimizer/dense_residual"));
+  }
+  if (GetParam() == DensePath::kGrouped) {
+    EXPECT_TRUE(files[0].has("dgc/velocity/[dense-path group]"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, DensePathCheckpoint,
+                         ::testing::Values(DensePath::kExact, DensePath::kGrouped,
+                                           DensePath::kFloat16, DensePath::kBFloat16),
+                         [](const auto& p) { return to_string(p.param); });
+
+// Message bytes split into their parts, the dense path counted where it travels.
+TEST(DensePathStrategy, CountsMessageBytesByPart) {
+  for (const DensePath dense_path :
+       {DensePath::kExact, DensePath::kGrouped, DensePath::kFloat16, DensePath::kBFloat16}) {
+    comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+      NormNet model;
+      DistributedOptimizer optimizer(comm, model, dense_path_options(dense_path));
+      for (int s = 0; s < 3; ++s) {
+        set_norm_gradients(model, comm.rank(), s);
+        optimizer.step();
+      }
+      const auto& b = optimizer.last_bytes();
+      EXPECT_EQ(b.message, b.message_compressed + b.message_dense_path + b.message_headers);
+      EXPECT_EQ(b.message_headers, kMessageHeaderBytes);
+      // fc.weight: 4 of 80 selected at ~5 bytes each, plus its entry's 3 varints.
+      EXPECT_GT(b.message_compressed, 4u * 4u);
+      EXPECT_LT(b.message_compressed, 4u * 8u);
+      switch (dense_path) {
+        case DensePath::kExact:
+          EXPECT_EQ(b.message_dense_path, 4u * kDenseNumel);
+          break;
+        case DensePath::kFloat16:
+        case DensePath::kBFloat16:
+          EXPECT_EQ(b.message_dense_path, 2u * kDenseNumel);
+          break;
+        case DensePath::kGrouped:  // 3 of 24: 3 varints of the entry, 3 gaps, 3 fp32 values
+          EXPECT_EQ(b.message_dense_path, 3u + 3u + 3u * 4u);
+          break;
+      }
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
