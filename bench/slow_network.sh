@@ -14,7 +14,7 @@
 #   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
 #                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
 #                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
-#                         [--bench exchange|step] [-- extra options of the dgc bench command]
+#                         [--bench exchange|step|command] [-- extra options of the dgc bench command]
 #
 # Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
 #   1gbit     tbf rate 1gbit both ways, Linux bridge (no added delay or loss)
@@ -28,6 +28,10 @@
 #   --bench step   run `dgc bench step` (replayed dense and DGC training steps of real models'
 #                  shapes; e.g. -- --model resnet50 --compute-seconds 0.1) instead of
 #                  `dgc bench exchange`; prints one row per model and link
+#   --bench command  run the command after -- as every rank (e.g. a PyTorch program: the
+#                  torchrun variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are
+#                  set, and GLOO_SOCKET_IFNAME=eth0 so that Gloo uses the shaped link); prints the
+#                  JSON lines ({...}) of rank 0's output as they are
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
@@ -95,7 +99,8 @@ fi
 [[ -z "$numel" || "$numel" =~ ^[0-9]+$ ]] || die "--numel must be a positive integer, got '$numel'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst must be a number of bytes, got '$burst'"
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
-[[ "$bench" = exchange || "$bench" = step ]] || die "--bench must be exchange or step, got '$bench'"
+[[ "$bench" = exchange || "$bench" = step || "$bench" = command ]] ||
+  die "--bench must be exchange, step or command, got '$bench'"
 [[ "$delay_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number of milliseconds, got '$delay_ms'"
 [[ "$loss" =~ ^(0(\.[0-9]+)?|1)$ ]] || die "--loss must be a probability in [0, 1], got '$loss'"
 if [ -n "$profiles" ] && [ -n "$rates" ]; then
@@ -299,6 +304,9 @@ for link in "${links[@]}"; do
     dense_s="$(awk -v n="$n" -v r="$ranks" -v bps="$bps" 'BEGIN { printf "%d", 2 * (r - 1) / r * 4 * n * 8 / bps + 1 }')"
     collective_timeout=$((3 * dense_s + 60))
     limit="${run_timeout:-$((8 * dense_s + 180))}"
+  elif [ "$bench" = command ]; then
+    ((${#extra[@]})) || die "--bench command needs the command after --"
+    limit="${run_timeout:-3600}"
   else
     # Replayed steps: the model (and so the run time) comes with the extra options.
     args=(bench step --json --link "$name" --bandwidth-gbit "$gbit")
@@ -306,14 +314,24 @@ for link in "${links[@]}"; do
     collective_timeout=600
     limit="${run_timeout:-3600}"
   fi
-  args+=(--timeout "$collective_timeout" "${extra[@]}")
+  if [ "$bench" = command ]; then
+    args=()
+  else
+    args+=(--timeout "$collective_timeout" "${extra[@]}")
+  fi
   echo "slow_network: link $name: rate $rate (tbf burst $b B), delay ${link_delay} ms and loss ${link_loss} per link, run limit ${limit}s: ${args[*]}"
 
   pids=()
   for ((i = 0; i < ranks; i++)); do
-    ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
-      WORLD_SIZE="$ranks" "$dgc" "${args[@]}" --hostname "$(rank_addr "$i")" \
-      >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    if [ "$bench" = command ]; then
+      ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
+        WORLD_SIZE="$ranks" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GLOO_SOCKET_IFNAME=eth0 "${extra[@]}" \
+        >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    else
+      ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
+        WORLD_SIZE="$ranks" "$dgc" "${args[@]}" --hostname "$(rank_addr "$i")" \
+        >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    fi
     pids+=($!)
   done
   # Bounded wait for every rank.
@@ -351,6 +369,10 @@ for link in "${links[@]}"; do
     if [ -n "$out" ]; then
       echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
     fi
+    if [ "$bench" = command ]; then
+      rows+=("$name $line")
+      continue
+    fi
     if [ "$bench" = step ]; then
       rows+=("$(awk -v link="$name" -v r="$ranks" -v m="$(json_field "$line" model)" \
         -v c="$(json_field "$line" compute_seconds)" -v D="$(json_field "$line" step_seconds_dense)" \
@@ -375,7 +397,9 @@ done
 
 echo
 stop_linkemu
-if [ "$bench" = step ]; then
+if [ "$bench" = command ]; then
+  for row in "${rows[@]}"; do echo "$row"; done
+elif [ "$bench" = step ]; then
   printf "%-8s %5s %-9s %9s %11s %11s %8s %8s %8s %11s %10s\n" link ranks model compute_s \
     step_dense step_dgc speedup eff_dns eff_dgc dgc_exch_s dgc_wire_s
   for row in "${rows[@]}"; do echo "$row"; done
