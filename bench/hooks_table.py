@@ -12,15 +12,19 @@ def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
     dense = next((r for r in rows if r["hook"] == "none"), None)
     print("| hook | test acc. | vs dense | bytes/step/worker (after warm-up) | bytes/step (whole run) "
-          "| compression ratio (after warm-up) | time/step | overhead vs dense |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| compression ratio (after warm-up) | time/step mean | overhead vs dense | time/step median "
+          "| overhead vs dense (median) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         name = {"none": "dense DDP"}.get(r["hook"], r["hook"])
         delta = f"{100 * (r['test_accuracy'] - dense['test_accuracy']):+.2f}" if dense else "-"
         overhead = f"{1000 * (r['step_seconds'] - dense['step_seconds']):+.1f} ms" if dense else "-"
+        median_overhead = (f"{1000 * (r['step_seconds_median'] - dense['step_seconds_median']):+.1f} ms"
+                           if dense else "-")
         print(f"| {name} | {100 * r['test_accuracy']:.2f}% | {delta} | "
               f"{r['bytes_per_step_post_warmup']:,.0f} | {r['bytes_per_step']:,.0f} | "
-              f"{r['compression_ratio_post_warmup']:.1f}x | {1000 * r['step_seconds']:.1f} ms | {overhead} |")
+              f"{r['compression_ratio_post_warmup']:.1f}x | {1000 * r['step_seconds']:.1f} ms | {overhead} | "
+              f"{1000 * r['step_seconds_median']:.1f} ms | {median_overhead} |")
     dgc = next((r for r in rows if r["hook"] == "dgc"), None)
     psgd4 = next((r for r in rows if r["hook"] == "powersgd-rank4"), None)
     if dgc and psgd4:
