@@ -15,7 +15,7 @@
 #   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
 #                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
 #                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
-#                         [--bench exchange|step|train] [-- extra options of the dgc command]
+#                         [--bench exchange|step|train|command] [-- extra options of the dgc command]
 #
 # Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
 #   1gbit     tbf rate 1gbit both ways, Linux bridge (no added delay or loss)
@@ -33,10 +33,15 @@
 #                  row per link: final test metric, wall time, time per step and its exchange
 #                  part, wire bytes; with --out, rank 0's --metrics lines (one per epoch) with the
 #                  link fields added. bench/train_slow_network.sh runs dense and DGC per profile.
+#   --bench command  run the command after -- as every rank (e.g. a PyTorch program: the
+#                  torchrun variables RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT are
+#                  set, and GLOO_SOCKET_IFNAME=eth0 so that Gloo uses the shaped link); prints the
+#                  JSON lines ({...}) of rank 0's output as they are
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
-#   -- ...         options passed to every `dgc bench exchange` (or `step`), e.g. --exchange direct
+#   -- ...         options passed to every `dgc bench exchange` (or `step`, `train`; with command:
+#                  the command), e.g. --exchange direct
 #
 # Needs root (network namespaces, veth, tc), iproute2 (`ip`, `tc`) and, for delay or loss, ping
 # (iputils-ping: the script measures the round trip before it runs and stops if the delay is not
@@ -100,8 +105,8 @@ fi
 [[ -z "$numel" || "$numel" =~ ^[0-9]+$ ]] || die "--numel must be a positive integer, got '$numel'"
 [[ -z "$burst" || "$burst" =~ ^[0-9]+$ ]] || die "--burst must be a number of bytes, got '$burst'"
 [[ -z "$run_timeout" || "$run_timeout" =~ ^[0-9]+$ ]] || die "--run-timeout must be seconds"
-[[ "$bench" = exchange || "$bench" = step || "$bench" = train ]] ||
-  die "--bench must be exchange, step or train, got '$bench'"
+[[ "$bench" = exchange || "$bench" = step || "$bench" = train || "$bench" = command ]] ||
+  die "--bench must be exchange, step, train or command, got '$bench'"
 [[ "$delay_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number of milliseconds, got '$delay_ms'"
 [[ "$loss" =~ ^(0(\.[0-9]+)?|1)$ ]] || die "--loss must be a probability in [0, 1], got '$loss'"
 if [ -n "$profiles" ] && [ -n "$rates" ]; then
@@ -305,6 +310,9 @@ for link in "${links[@]}"; do
     dense_s="$(awk -v n="$n" -v r="$ranks" -v bps="$bps" 'BEGIN { printf "%d", 2 * (r - 1) / r * 4 * n * 8 / bps + 1 }')"
     collective_timeout=$((3 * dense_s + 60))
     limit="${run_timeout:-$((8 * dense_s + 180))}"
+  elif [ "$bench" = command ]; then
+    ((${#extra[@]})) || die "--bench command needs the command after --"
+    limit="${run_timeout:-3600}"
   elif [ "$bench" = step ]; then
     # Replayed steps: the model (and so the run time) comes with the extra options.
     args=(bench step --json --link "$name" --bandwidth-gbit "$gbit")
@@ -319,16 +327,26 @@ for link in "${links[@]}"; do
     collective_timeout=300
     limit="${run_timeout:-7200}"
   fi
-  args+=(--timeout "$collective_timeout" "${extra[@]}")
+  if [ "$bench" = command ]; then
+    args=()
+  else
+    args+=(--timeout "$collective_timeout" "${extra[@]}")
+  fi
   host_args=()
   [ "$bench" = train ] || host_args=(--hostname)
   echo "slow_network: link $name: rate $rate (tbf burst $b B), delay ${link_delay} ms and loss ${link_loss} per link, run limit ${limit}s: ${args[*]}"
 
   pids=()
   for ((i = 0; i < ranks; i++)); do
-    ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
-      WORLD_SIZE="$ranks" "$dgc" "${args[@]}" ${host_args[@]:+"${host_args[@]}" "$(rank_addr "$i")"} \
-      >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    if [ "$bench" = command ]; then
+      ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
+        WORLD_SIZE="$ranks" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GLOO_SOCKET_IFNAME=eth0 "${extra[@]}" \
+        >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    else
+      ip netns exec "$(rank_ns "$i")" env MASTER_ADDR="$(rank_addr 0)" MASTER_PORT=29500 RANK="$i" \
+        WORLD_SIZE="$ranks" "$dgc" "${args[@]}" ${host_args[@]:+"${host_args[@]}" "$(rank_addr "$i")"} \
+        >"$workdir/rank$i.out" 2>"$workdir/rank$i.err" &
+    fi
     pids+=($!)
   done
   # Bounded wait for every rank.
@@ -392,6 +410,10 @@ for link in "${links[@]}"; do
       echo "${line%\}},\"profile\":\"$name\",\"rate\":\"$rate\",\"delay_ms\":$link_delay,\"loss\":$link_loss,\"tbf_burst_bytes\":$b,\"tbf_leaf\":\"${leaf:-fifo}\"}" >>"$out"
     fi
     [ "$bench" = train ] && continue
+    if [ "$bench" = command ]; then
+      rows+=("$name $line")
+      continue
+    fi
     if [ "$bench" = step ]; then
       rows+=("$(awk -v link="$name" -v r="$ranks" -v m="$(json_field "$line" model)" \
         -v c="$(json_field "$line" compute_seconds)" -v D="$(json_field "$line" step_seconds_dense)" \
@@ -421,6 +443,8 @@ if [ "$bench" = train ]; then
     wall_s step_s exchange_s wire_bytes
   for row in "${rows[@]}"; do echo "$row"; done
   echo "(wall: all epochs with evaluation; step: training time per step; exchange: its part on rank 0; wire: rank 0 sent)"
+elif [ "$bench" = command ]; then
+  for row in "${rows[@]}"; do echo "$row"; done
 elif [ "$bench" = step ]; then
   printf "%-8s %5s %-9s %9s %11s %11s %8s %8s %8s %11s %10s\n" link ranks model compute_s \
     step_dense step_dgc speedup eff_dns eff_dgc dgc_exch_s dgc_wire_s

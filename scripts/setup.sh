@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libtorch-dev libopenblas0-openmp python3-torch
+  libtorch-dev libopenblas0-openmp python3-torch python3-dev pybind11-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   zlib1g-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist bible-kjv

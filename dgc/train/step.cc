@@ -1,0 +1,338 @@
+#include "dgc/train/step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "dgc/core/clip.h"
+#include "dgc/core/error.h"
+#include "dgc/core/schedule.h"
+
+namespace dgc::train {
+namespace {
+
+// A distinct sampling stream per rank from the shared seed.
+uint64_t rank_seed(uint64_t seed, int rank) {
+  return seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1));
+}
+
+// The dense-path group's name in the exchange's layout and in checkpoints.
+constexpr const char* kDensePathGroup = "[dense-path group]";
+
+// The direction of a compressed tensor (and of a dense-path tensor with kGrouped): weight decay
+// through its own momentum b, then the received update, which already holds the momentum.
+void compressed_direction(const float* w, const float* update, float* b, float* out, size_t n,
+                          float m, float wd, bool nesterov) {
+  if (wd == 0.0f) {
+    std::copy_n(update, n, out);
+    return;
+  }
+  for (size_t e = 0; e < n; ++e) {
+    const float decay = wd * w[e];
+    b[e] = m * b[e] + decay;
+    out[e] = (nesterov ? decay + m * b[e] : b[e]) + update[e];
+  }
+}
+
+}  // namespace
+
+DistributedStep::DistributedStep(
+    comm::Communicator& comm,
+    const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
+    OptimizerOptions options, const std::string& run_settings)
+    : comm_(comm), options_(std::move(options)) {
+  DGC_CHECK_GE(options_.iterations_per_epoch, 1, "iterations per epoch");
+  DGC_CHECK(options_.density.density > 0 && options_.density.density <= 1,
+            "density must be in (0, 1], got ", options_.density.density);
+  DGC_CHECK(options_.dense_path_density > 0 && options_.dense_path_density <= 1,
+            "dense-path density must be in (0, 1], got ", options_.dense_path_density);
+  DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
+  DGC_CHECK_GE(options_.compressor.momentum.momentum, 0.0, "momentum");
+  DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
+
+  const bool dgc = options_.compression == Compression::kDgc;
+  layout_ = make_layout(named_shapes, options_.policy);
+  for (size_t t = 0; t < layout_.size(); ++t) {
+    if (!dgc) layout_[t].path = TensorPath::kDense;
+    (layout_[t].path == TensorPath::kCompressed ? compressed_ : dense_).push_back(t);
+  }
+  grouped_ = dgc && options_.dense_path == DensePath::kGrouped && !dense_.empty();
+  size_t dense_numel = 0;
+  for (const size_t t : dense_) {
+    const auto n = static_cast<size_t>(layout_[t].numel());
+    dense_offsets_.push_back(dense_numel);
+    if (!grouped_) dense_momentum_.emplace_back(n, 0.0f);
+    dense_numel += n;
+  }
+  dense_flat_.assign(dense_numel, 0.0f);
+  settings_ = describe(options_) + run_settings;
+  if (!settings_.empty() && settings_.back() != '\n') settings_ += '\n';
+
+  ExchangeOptions exchange_options;
+  exchange_options.value_type = options_.compressor.value_type;
+  exchange_options.timeout = options_.timeout;
+  exchange_options.settings = settings_;
+  exchange_options.algorithm = options_.exchange;
+  exchange_options.density = options_.density.density;
+  std::vector<TensorSpec> exchange_layout;
+  if (grouped_) {
+    // The compressed tensors, then the dense-path group in their place.
+    for (const size_t t : compressed_) exchange_layout.push_back(layout_[t]);
+    exchange_layout.push_back(
+        TensorSpec{kDensePathGroup, {static_cast<int64_t>(dense_numel)}, TensorPath::kCompressed});
+    exchange_options.dense_path_group = compressed_.size();
+  } else {
+    exchange_layout = layout_;
+  }
+  if (dgc && options_.dense_path == DensePath::kFloat16) {
+    dense_value_type_ = ValueType::kFloat16;
+  } else if (dgc && options_.dense_path == DensePath::kBFloat16) {
+    dense_value_type_ = ValueType::kBFloat16;
+  }
+  exchange_options.dense_value_type = dense_value_type_;
+  if (dense_value_type_ != ValueType::kFloat32) {
+    dense_residual_.assign(dense_numel, 0.0f);
+    saved_residual_.assign(dense_numel, 0.0f);
+  }
+  exchange_ = std::make_unique<Exchange>(comm_, std::move(exchange_layout), exchange_options);
+
+  std::vector<int64_t> numels;
+  for (const size_t t : compressed_) numels.push_back(layout_[t].numel());
+  if (grouped_) numels.push_back(static_cast<int64_t>(dense_numel));
+  if (!numels.empty()) {
+    CompressionOptions compressor_options = options_.compressor;
+    compressor_options.density = options_.density.density;
+    compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
+    compressor_ = std::make_unique<Compressor>(numels, compressor_options);
+    selections_.resize(numels.size());
+    unapplied_.resize(numels.size());
+    for (const int64_t n : numels) {
+      updates_.emplace_back(static_cast<size_t>(n), 0.0f);
+      decay_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
+      saved_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
+      saved_velocity_.emplace_back(static_cast<size_t>(n), 0.0f);
+    }
+  }
+}
+
+double DistributedStep::density() const {
+  if (options_.compression == Compression::kNone) return 1.0;
+  return density_at(options_.density, iteration_, options_.iterations_per_epoch);
+}
+
+double DistributedStep::dense_path_density() const {
+  if (!grouped_) return 1.0;
+  DensitySchedule schedule = options_.density;
+  schedule.density = options_.dense_path_density;
+  return density_at(schedule, iteration_, options_.iterations_per_epoch);
+}
+
+int64_t DistributedStep::warmup_iterations() const {
+  if (options_.compression == Compression::kNone) return 0;
+  return static_cast<int64_t>(std::ceil(options_.density.warmup_epochs *
+                                        static_cast<double>(options_.iterations_per_epoch)));
+}
+
+void DistributedStep::restore_compressor() {
+  for (size_t i = 0; i < saved_momentum_.size(); ++i) {
+    std::copy(saved_momentum_[i].begin(), saved_momentum_[i].end(),
+              compressor_->momentum(i).begin());
+    std::copy(saved_velocity_[i].begin(), saved_velocity_[i].end(),
+              compressor_->velocity(i).begin());
+  }
+  compressor_->rng() = saved_rng_;
+}
+
+void DistributedStep::run(std::span<const std::span<float>> grads,
+                          std::span<const std::span<const float>> weights,
+                          std::span<const std::span<float>> directions) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
+  const auto start = Clock::now();
+  const auto& layout = layout_;
+  DGC_CHECK_EQ(grads.size(), layout.size(), "gradients (one per tensor of the layout)");
+  DGC_CHECK_EQ(weights.size(), layout.size(), "weights (one per tensor of the layout)");
+  DGC_CHECK_EQ(directions.size(), layout.size(), "directions (one per tensor of the layout)");
+  for (size_t t = 0; t < layout.size(); ++t) {
+    const auto n = static_cast<size_t>(layout[t].numel());
+    DGC_CHECK(grads[t].size() == n && weights[t].size() == n && directions[t].size() == n,
+              "tensor '", layout[t].name, "' has ", n, " elements but its gradient, weight and ",
+              "direction have ", grads[t].size(), ", ", weights[t].size(), " and ",
+              directions[t].size());
+  }
+  const int world = comm_.size();
+  const bool dgc = options_.compression == Compression::kDgc;
+
+  // 1. Local gradients, checked before anything is changed.
+  double total_squared = 0.0;
+  for (const auto& g : grads) total_squared += squared_norm(g);
+  bool local_ok = std::isfinite(total_squared);
+
+  // 2. Local clipping (DGC), the dense buffer, compression.
+  if (local_ok && dgc && options_.clip_norm > 0) {
+    const double c = clip_coefficient(
+        total_squared, local_clip_limit(options_.clip_norm, world, options_.clip_scaling));
+    if (c < 1.0) {
+      for (const auto& g : grads) scale(g, static_cast<float>(c));
+    }
+  }
+  for (size_t j = 0; j < dense_.size(); ++j) {
+    const auto g = grads[dense_[j]];
+    const auto out = dense_flat_.begin() + static_cast<ptrdiff_t>(dense_offsets_[j]);
+    if (local_ok) {
+      std::copy(g.begin(), g.end(), out);
+    } else {
+      std::fill_n(out, g.size(), 0.0f);
+    }
+  }
+  if (compressor_) {
+    for (size_t i = 0; i < selections_.size(); ++i) {
+      const auto m = compressor_->momentum(i);
+      const auto v = compressor_->velocity(i);
+      std::copy(m.begin(), m.end(), saved_momentum_[i].begin());
+      std::copy(v.begin(), v.end(), saved_velocity_[i].begin());
+    }
+    saved_rng_ = compressor_->rng();
+    if (local_ok) {
+      try {
+        const double d = density();
+        for (size_t i = 0; i < compressed_.size(); ++i) {
+          compressor_->step(i, grads[compressed_[i]], d, selections_[i]);
+        }
+        if (grouped_) {
+          compressor_->step(group(), dense_flat_, dense_path_density(), selections_[group()]);
+        }
+      } catch (const NumericError&) {
+        // The velocity overflowed: report it like a bad gradient so every rank stops together.
+        local_ok = false;
+      }
+    }
+    if (!local_ok) {
+      for (auto& selection : selections_) selection.clear();
+    }
+  }
+  if (!dense_residual_.empty()) {
+    saved_residual_ = dense_residual_;
+    if (local_ok) round_with_residual(dense_flat_, dense_residual_, dense_value_type_);
+  }
+
+  // 3. The exchange.
+  std::vector<std::span<float>> update_spans;
+  for (auto& u : updates_) update_spans.emplace_back(u);
+  const auto exchange_start = Clock::now();
+  const std::span<float> dense_exchanged =
+      grouped_ ? std::span<float>() : std::span<float>(dense_flat_);
+  const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), selections_, update_spans,
+                                       dense_exchanged, local_ok, unapplied_);
+  const auto exchange_end = Clock::now();
+  timings_.compress = seconds(start, exchange_start);
+  timings_.exchange = seconds(exchange_start, exchange_end);
+
+  // 4. A bad gradient anywhere: undo, and every rank stops at this step.
+  if (bad_ranks > 0) {
+    if (compressor_) restore_compressor();
+    dense_residual_ = saved_residual_;
+    throw NumericError(detail::concat(
+        "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
+        iteration_, " (epoch ", iteration_ / options_.iterations_per_epoch + 1,
+        "); this rank's gradient was ", local_ok ? "finite" : "not finite",
+        ". Nothing was applied. Lower the learning rate (--lr), enable gradient clipping "
+        "(--clip-norm) or a longer warm-up (--lr-warmup-epochs), and restart from the last "
+        "checkpoint (--resume)"));
+  }
+
+  // What this rank selected but the exchange did not apply stays in its residual.
+  for (size_t i = 0; i < unapplied_.size(); ++i) {
+    if (!unapplied_[i].indices.empty()) compressor_->return_to_velocity(i, unapplied_[i]);
+  }
+
+  // Dense baseline: clip the averaged gradient as dense training would.
+  if (!dgc && options_.clip_norm > 0) {
+    const double c = clip_coefficient(squared_norm(dense_flat_), options_.clip_norm);
+    if (c < 1.0) scale(dense_flat_, static_cast<float>(c));
+  }
+
+  // 5. The directions.
+  const auto m = static_cast<float>(options_.compressor.momentum.momentum);
+  const bool nesterov = options_.compressor.momentum.nesterov;
+  const auto wd = static_cast<float>(options_.weight_decay);
+  if (!grouped_) {
+    for (size_t j = 0; j < dense_.size(); ++j) {
+      const float* w = weights[dense_[j]].data();
+      float* out = directions[dense_[j]].data();
+      const float* avg = dense_flat_.data() + dense_offsets_[j];
+      float* u = dense_momentum_[j].data();
+      const size_t n = dense_momentum_[j].size();
+      for (size_t e = 0; e < n; ++e) {
+        const float g = avg[e] + wd * w[e];
+        u[e] = m * u[e] + g;
+        out[e] = nesterov ? g + m * u[e] : u[e];
+      }
+    }
+  }
+  for (size_t i = 0; i < compressed_.size(); ++i) {
+    compressed_direction(weights[compressed_[i]].data(), updates_[i].data(),
+                         decay_momentum_[i].data(), directions[compressed_[i]].data(),
+                         updates_[i].size(), m, wd, nesterov);
+  }
+  if (grouped_) {
+    for (size_t j = 0; j < dense_.size(); ++j) {
+      const size_t at = dense_offsets_[j];
+      compressed_direction(weights[dense_[j]].data(), updates_[group()].data() + at,
+                           decay_momentum_[group()].data() + at, directions[dense_[j]].data(),
+                           weights[dense_[j]].size(), m, wd, nesterov);
+    }
+  }
+
+  const ExchangeBytes& last = exchange_->last();
+  total_ += last;
+  if (iteration_ >= warmup_iterations()) post_warmup_ += last;
+  ++iteration_;
+  timings_.update = seconds(exchange_end, Clock::now());
+}
+
+std::vector<NamedBuffer<const float>> DistributedStep::state_buffers() const {
+  std::vector<NamedBuffer<const float>> buffers;
+  // The mutable overload only hands out spans; these are read-only views of the same buffers.
+  for (auto& b : const_cast<DistributedStep*>(this)->state_buffers()) {
+    buffers.push_back({std::move(b.name), b.values});
+  }
+  return buffers;
+}
+
+std::vector<NamedBuffer<float>> DistributedStep::state_buffers() {
+  std::vector<NamedBuffer<float>> buffers;
+  for (size_t j = 0; j < dense_momentum_.size(); ++j) {
+    buffers.push_back({"optimizer/momentum/" + layout_[dense_[j]].name, dense_momentum_[j]});
+  }
+  for (size_t i = 0; i < selections_.size(); ++i) {
+    const std::string name =
+        i < compressed_.size() ? layout_[compressed_[i]].name : kDensePathGroup;
+    buffers.push_back({"optimizer/decay_momentum/" + name, decay_momentum_[i]});
+    buffers.push_back({"dgc/momentum/" + name, compressor_->momentum(i)});
+    buffers.push_back({"dgc/velocity/" + name, compressor_->velocity(i)});
+  }
+  if (!dense_residual_.empty()) buffers.push_back({"optimizer/dense_residual", dense_residual_});
+  return buffers;
+}
+
+std::string DistributedStep::rng_state() const {
+  if (!compressor_) return "";
+  std::ostringstream out;
+  out << compressor_->rng();
+  return out.str();
+}
+
+void DistributedStep::set_rng_state(const std::string& text) {
+  if (!compressor_) return;
+  std::istringstream in(text);
+  std::mt19937_64 rng;
+  in >> rng;
+  if (!in) throw InvalidArgument("the compressor's RNG state is malformed");
+  compressor_->rng() = rng;
+}
+
+}  // namespace dgc::train

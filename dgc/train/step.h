@@ -1,0 +1,161 @@
+// The distributed step of momentum SGD with DGC on float buffers: from every rank's local
+// gradients to the update direction each parameter must take (w -= lr * direction). No libtorch:
+// the libtorch optimizer (optimizer.h) and the DDP communication hook of the Python package
+// (python/) are two adapters over this one class, so both apply exactly the same policy.
+//
+// run(), on every rank:
+//   1. checks that the local gradient is finite (sum of squares), before any state is touched;
+//   2. DGC: clips locally (local_clip_limit, in place in `grads`); dense-path tensors are copied
+//      into one flat buffer; then the Compressor's step per compressed tensor (momentum
+//      correction, selection at the scheduled density, masking). The dense path by
+//      options.dense_path: kGrouped steps the flat buffer as one more compressed tensor at the
+//      dense-path density; kFloat16 / kBFloat16 round it with error feedback (the residual stays on
+//      this rank); kExact leaves it;
+//   3. the Exchange (options.exchange) of the compressed messages (sum / N) and one average of the
+//      dense buffer (none with kGrouped; 16-bit values with kFloat16 / kBFloat16), this rank's
+//      "gradient ok" flag in the message header; what this rank selected but the exchange did not
+//      apply (sparse-allreduce) goes back into its velocity;
+//   4. if any rank flagged a non-finite gradient: every rank restores the compressor state (and
+//      the rounding residual) it had before the step and throws dgc::NumericError (momenta and
+//      iteration unchanged);
+//   5. the direction (the momentum buffers advance here):
+//        compressed tensor, and with kGrouped every dense-path tensor (its slice of the group):
+//                           b = m*b + wd*w; direction = b + update  (Nesterov: wd*w + m*b + update;
+//                           wd = 0: direction = update; the momentum is already inside update)
+//        dense tensor:      g = avg + wd*w; u = m*u + g; direction = u  (Nesterov: g + m*u)
+// With Compression::kNone every tensor takes the dense path (dense clipping: the averaged
+// gradient at clip_norm).
+//
+// Collective: the constructor and run() must be called by every rank in the same order.
+// Thread-safety: one DistributedStep per worker thread. The communicator must outlive it.
+#pragma once
+
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dgc/core/compressor.h"
+#include "dgc/exchange/exchange.h"
+#include "dgc/train/options.h"
+
+namespace dgc::train {
+
+// Wall time of the parts of one step on this rank, seconds (for benchmarks).
+struct StepTimings {
+  double compress = 0.0;  // gradients read and checked, clipping, the compressor, the dense buffer
+  double exchange = 0.0;  // Exchange::run: encode, collectives, decode
+  double update = 0.0;    // the directions (and, in DistributedOptimizer, the weight update)
+};
+
+// One named float buffer of the step's state (for checkpoints and state dicts).
+template <typename T>
+struct NamedBuffer {
+  std::string name;  // "optimizer/momentum/<tensor>", "dgc/velocity/<tensor>", ...
+  std::span<T> values;
+};
+
+class DistributedStep {
+ public:
+  // Builds the layout (make_layout with options.policy; all dense with kNone) and runs the
+  // Exchange's handshake over describe(options) plus `run_settings` (further "key=value" lines all
+  // ranks must share). Does not touch any weights (the caller makes them equal on every rank).
+  DistributedStep(comm::Communicator& comm,
+                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
+                  OptimizerOptions options, const std::string& run_settings = "");
+
+  // One step (see the file comment). grads[i], weights[i] and directions[i] are tensor i of the
+  // layout, each of its numel() elements. grads may be clipped in place; directions may alias
+  // grads (the gradients are consumed before any direction is written). Throws
+  // dgc::InvalidArgument on a size mismatch, dgc::NumericError when any rank's gradient is not
+  // finite, dgc::CommError / dgc::DecodeError from the exchange.
+  void run(std::span<const std::span<float>> grads, std::span<const std::span<const float>> weights,
+           std::span<const std::span<float>> directions);
+
+  int64_t iteration() const { return iteration_; }
+  void set_iteration(int64_t iteration) { iteration_ = iteration; }
+  // Density the next run() uses, and the iterations that are density warm-up.
+  double density() const;
+  int64_t warmup_iterations() const;
+  // Density of the dense-path group the next run() uses (1 unless DensePath::kGrouped).
+  double dense_path_density() const;
+
+  // The model's tensors with the path the policy gave them (all dense with kNone). The exchange's
+  // own layout differs with kGrouped: the compressed tensors, then the dense-path group.
+  const std::vector<TensorSpec>& layout() const { return layout_; }
+  const OptimizerOptions& options() const { return options_; }
+  const std::string& settings() const { return settings_; }
+  comm::Communicator& communicator() { return comm_; }
+  // Null with Compression::kNone. Its tensors: the compressed tensors in layout order, then,
+  // with DensePath::kGrouped, the dense-path group (the dense-path tensors concatenated in layout
+  // order).
+  const Compressor* compressor() const { return compressor_.get(); }
+  Compressor* compressor() { return compressor_.get(); }
+  // kFloat16 / kBFloat16: this rank's rounding residual over the dense-path tensors concatenated
+  // in layout order (what rounding has held back so far); empty otherwise.
+  std::span<const float> dense_residual() const { return dense_residual_; }
+
+  const ExchangeBytes& last_bytes() const { return exchange_->last(); }
+  const ExchangeBytes& total_bytes() const { return total_; }
+  const ExchangeBytes& post_warmup_bytes() const { return post_warmup_; }
+  void set_bytes(const ExchangeBytes& total, const ExchangeBytes& post_warmup) {
+    total_ = total;
+    post_warmup_ = post_warmup;
+  }
+  const StepTimings& last_timings() const { return timings_; }
+
+  // Every float buffer of this rank's state, by name: the dense-path momentum u
+  // ("optimizer/momentum/<tensor>"), the weight-decay momentum b ("optimizer/decay_momentum/..."),
+  // the compressor's momentum and velocity ("dgc/momentum/...", "dgc/velocity/..."; the
+  // dense-path group is named "[dense-path group]"), the rounding residual
+  // ("optimizer/dense_residual"). The spans
+  // stay valid for the life of the step; writing through them changes the state.
+  std::vector<NamedBuffer<float>> state_buffers();
+  std::vector<NamedBuffer<const float>> state_buffers() const;
+  // The compressor's RNG as text (empty with kNone), and its inverse (dgc::InvalidArgument when
+  // malformed).
+  std::string rng_state() const;
+  void set_rng_state(const std::string& text);
+
+ private:
+  void restore_compressor();
+  size_t group() const { return compressed_.size(); }  // the dense-path group's compressor index
+
+  comm::Communicator& comm_;
+  OptimizerOptions options_;
+  std::string settings_;
+  std::vector<TensorSpec> layout_;
+  std::vector<size_t> compressed_;  // indices into layout_ of the compressed tensors
+  std::vector<size_t> dense_;       // ... and of the dense-path tensors
+  bool grouped_ = false;            // the dense path is the compressor's tensor group()
+  // The dense path's wire type: fp32 (exact average, or nothing with grouped_), fp16 or bf16.
+  ValueType dense_value_type_ = ValueType::kFloat32;
+  std::unique_ptr<Exchange> exchange_;
+  std::unique_ptr<Compressor> compressor_;
+  int64_t iteration_ = 0;
+
+  // Per compressor tensor (the compressed tensors, then the dense-path group if grouped_).
+  std::vector<Selection> selections_;
+  std::vector<Selection> unapplied_;  // what the exchange handed back, per compressed tensor
+  std::vector<std::vector<float>> updates_;
+  std::vector<std::vector<float>> decay_momentum_;  // weight-decay momentum b
+  // Per dense tensor: ordinary momentum u (not with grouped_), and its offset in the flat buffer.
+  std::vector<std::vector<float>> dense_momentum_;
+  std::vector<size_t> dense_offsets_;
+  std::vector<float> dense_flat_;
+  // Copy of the compressor state taken before each step, restored on a NumericError.
+  std::vector<std::vector<float>> saved_momentum_;
+  std::vector<std::vector<float>> saved_velocity_;
+  std::mt19937_64 saved_rng_;
+  // kFloat16 / kBFloat16: the rounding residual of the flat buffer, and its copy for a bad step.
+  std::vector<float> dense_residual_;
+  std::vector<float> saved_residual_;
+
+  ExchangeBytes total_;
+  ExchangeBytes post_warmup_;
+  StepTimings timings_;
+};
+
+}  // namespace dgc::train

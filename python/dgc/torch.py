@@ -1,0 +1,298 @@
+"""A DDP communication hook that runs Deep Gradient Compression in dgc's C++ core.
+
+    state = dgc.torch.DGCState(ddp_model, sgd, iterations_per_epoch=len(loader))
+    ddp_model.register_comm_hook(state, dgc.torch.dgc_hook)
+
+What runs where. DDP calls the hook once per gradient bucket. The hook holds every bucket until
+the last one of the iteration, then runs one dgc step over the whole model, exactly as the C++
+front end's DistributedOptimizer does (docs/training.md): local clipping over all gradients,
+momentum correction, sampled threshold selection and momentum factor masking per compressed tensor
+(more than one dimension and at least `min_compress_numel` elements), one fused message per worker
+over the process group, dense-path tensors (biases, small tensors) averaged with ordinary momentum,
+weight decay applied locally. It writes the resulting direction into the buckets: the user's
+``torch.optim.SGD`` then takes ``w -= lr * direction``. The learning rate (and its schedule) is the
+optimizer's; the density warm-up is the hook's.
+
+What the user must set: ``torch.optim.SGD`` with ``momentum=0`` and ``weight_decay=0`` (and
+``nesterov=False``): momentum and weight decay live in the hook (pass them to DGCState instead).
+DGCState checks this and checks it again at every step.
+
+Collective: DGCState() (a handshake that compares every setting across ranks), and every
+backward pass, on every rank of the process group.
+"""
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from dgc import DataError, InvalidArgument, _C
+
+__all__ = ["DGCState", "dgc_hook"]
+
+_STATE_VERSION = 1
+
+
+def _first_difference(stored, current):
+    """The first 'key=value' line of two settings texts that differs, for messages."""
+    a = dict(line.split("=", 1) for line in stored.splitlines() if "=" in line)
+    b = dict(line.split("=", 1) for line in current.splitlines() if "=" in line)
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            return f"setting '{key}' is {a.get(key, '(missing)')} in the state dict but {b.get(key, '(missing)')} now"
+    return "the settings differ"
+
+
+def _check_optimizer(optimizer, params, momentum, weight_decay):
+    if not isinstance(optimizer, torch.optim.SGD):
+        raise InvalidArgument(
+            f"DGC needs torch.optim.SGD, got {type(optimizer).__name__}: momentum and weight decay "
+            f"run in the hook, so the optimizer must only apply w -= lr * grad. Use "
+            f"torch.optim.SGD(model.parameters(), lr=..., momentum=0, weight_decay=0)"
+        )
+    covered = set()
+    for index, group in enumerate(optimizer.param_groups):
+        if group.get("momentum", 0) != 0:
+            raise InvalidArgument(
+                f"SGD param group {index} has momentum={group['momentum']}, but with DGC the "
+                f"momentum lives in the hook (momentum correction): create SGD with momentum=0 "
+                f"and pass momentum={group['momentum']} to DGCState (it has momentum={momentum})"
+            )
+        if group.get("weight_decay", 0) != 0:
+            raise InvalidArgument(
+                f"SGD param group {index} has weight_decay={group['weight_decay']}, but with DGC "
+                f"weight decay is applied in the hook (locally, it need not travel): create SGD "
+                f"with weight_decay=0 and pass weight_decay={group['weight_decay']} to DGCState "
+                f"(it has weight_decay={weight_decay})"
+            )
+        if group.get("nesterov", False):
+            raise InvalidArgument(
+                f"SGD param group {index} has nesterov=True: create SGD with nesterov=False and "
+                f"pass nesterov=True to DGCState"
+            )
+        if group.get("maximize", False):
+            raise InvalidArgument(f"SGD param group {index} has maximize=True, which DGC does not support")
+        covered.update(id(p) for p in group["params"])
+    missing = [name for name, p in params if id(p) not in covered]
+    if missing:
+        raise InvalidArgument(
+            f"the optimizer does not update {len(missing)} parameter(s) of the model (first: "
+            f"'{missing[0]}'): give SGD model.parameters()"
+        )
+
+
+class DGCState:
+    """The state of the DGC hook on this rank: settings, momenta, velocities, the RNG, the iteration.
+
+    model: the DistributedDataParallel model the hook is registered on.
+    optimizer: its torch.optim.SGD, created with momentum=0, weight_decay=0.
+    process_group: the group to exchange over (default: the model's, i.e. the default group).
+    iterations_per_epoch: optimizer steps per epoch (len(train_loader)); the density warm-up is
+        counted in epochs.
+    compression: "dgc", or "none" for the dense baseline (allreduce, ordinary momentum) through
+        the same hook.
+    density, warmup_epochs, warmup_stages: density d after warm-up, and the exponential warm-up
+        (density max(d, 0.25^(s+1)) in stage s; warmup_stages stages fitted into warmup_epochs,
+        0 = one stage per epoch), as `dgc train`'s flags of the same names.
+    momentum, nesterov, masking, weight_decay, clip_norm: the paper's momentum correction,
+        momentum factor masking, local weight decay and local clipping (clip_norm / sqrt(N)).
+    selection, sample_ratio, value_type, min_compress_numel, compress_1d, exchange, seed,
+        timeout: as the `dgc train` flags (docs/training.md).
+
+    Every rank must pass the same settings: the constructor compares them across ranks and raises
+    dgc.MismatchError on every rank naming the first difference.
+    """
+
+    def __init__(
+        self,
+        model,
+        optimizer,
+        *,
+        iterations_per_epoch,
+        process_group=None,
+        compression="dgc",
+        density=0.001,
+        warmup_epochs=1.0,
+        warmup_stages=4,
+        momentum=0.9,
+        nesterov=False,
+        masking=True,
+        weight_decay=1e-4,
+        clip_norm=0.0,
+        selection="sampled",
+        sample_ratio=0.01,
+        value_type="fp32",
+        min_compress_numel=1024,
+        compress_1d=False,
+        exchange="allgather",
+        seed=0,
+        timeout=60.0,
+    ):
+        if not dist.is_available() or not dist.is_initialized():
+            raise InvalidArgument(
+                "torch.distributed is not initialised: call "
+                "torch.distributed.init_process_group('gloo') (under torchrun it reads RANK, "
+                "WORLD_SIZE, MASTER_ADDR and MASTER_PORT) before creating the DDP model"
+            )
+        if not isinstance(model, DistributedDataParallel):
+            raise InvalidArgument(
+                f"DGCState needs the DistributedDataParallel model the hook is registered on, got "
+                f"{type(model).__name__}: wrap it first, "
+                f"model = torch.nn.parallel.DistributedDataParallel(model)"
+            )
+        group = process_group if process_group is not None else model.process_group
+        backend = dist.get_backend(group)
+        self.params = [(n, p) for n, p in model.module.named_parameters() if p.requires_grad]
+        self.optimizer = optimizer
+        self._momentum = momentum
+        self._weight_decay = weight_decay
+        _check_optimizer(optimizer, self.params, momentum, weight_decay)
+        self.options = _C.Options(
+            compression=compression,
+            density=density,
+            warmup_epochs=warmup_epochs,
+            warmup_stages=warmup_stages,
+            iterations_per_epoch=iterations_per_epoch,
+            momentum=momentum,
+            nesterov=nesterov,
+            masking=masking,
+            weight_decay=weight_decay,
+            clip_norm=clip_norm,
+            selection=selection,
+            sample_ratio=sample_ratio,
+            value_type=value_type,
+            min_compress_numel=min_compress_numel,
+            compress_1d=compress_1d,
+            exchange=exchange,
+            seed=seed,
+            timeout=timeout,
+        )
+        # NCCL takes CUDA tensors only: the exchange's buffers then live on this rank's GPU.
+        device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
+        self._step = _C.Step(
+            group,
+            [n for n, _ in self.params],
+            [list(p.shape) for _, p in self.params],
+            self.options,
+            "hook=ddp\n",
+            device,
+        )
+        self._index = {id(p): i for i, (_, p) in enumerate(self.params)}
+        self._pending = []  # (buffer, gradients, parameters, future) of this iteration's buckets
+
+    # What the next / last step does and sent.
+    @property
+    def iteration(self):
+        return self._step.iteration
+
+    @property
+    def density(self):
+        """Density the next step uses."""
+        return self._step.density
+
+    @property
+    def layout(self):
+        """(name, "compressed" | "dense") of every parameter, in order."""
+        return self._step.layout
+
+    @property
+    def last_bytes(self):
+        """Bytes of the last step: message (this worker's), dense_gradient, wire_sent, ..."""
+        return self._step.last_bytes
+
+    @property
+    def total_bytes(self):
+        return self._step.total_bytes
+
+    @property
+    def last_timings(self):
+        return self._step.last_timings
+
+    def state_dict(self):
+        """This rank's state: u, v, the dense and weight-decay momenta, the RNG, the iteration.
+
+        Per rank (the velocities differ between ranks); save it with the model's and the
+        optimizer's state dicts, one file per rank.
+        """
+        return {
+            "version": _STATE_VERSION,
+            "settings": self._step.settings,
+            "world_size": self._step.world_size,
+            "rank": self._step.rank,
+            "iteration": self._step.iteration,
+            "rng": self._step.rng_state,
+            "total_bytes": self._step.total_bytes,
+            "post_warmup_bytes": self._step.post_warmup_bytes,
+            "buffers": self._step.state_buffers(),
+        }
+
+    def load_state_dict(self, state):
+        """Restores what state_dict() returned; raises dgc.DataError when it does not fit."""
+        if state.get("version") != _STATE_VERSION:
+            raise DataError(f"DGC state dict version {state.get('version')} is not {_STATE_VERSION}")
+        if state["world_size"] != self._step.world_size:
+            raise DataError(
+                f"the DGC state dict was written by a run with {state['world_size']} workers, this "
+                f"run has {self._step.world_size}: resume with the same number of workers"
+            )
+        if state["rank"] != self._step.rank:
+            raise DataError(
+                f"the DGC state dict belongs to rank {state['rank']}, not to rank {self._step.rank}: "
+                f"load each rank's own file"
+            )
+        if state["settings"] != self._step.settings:
+            raise DataError(
+                "the DGC state dict was written with other settings: "
+                + _first_difference(state["settings"], self._step.settings)
+                + ". Resume with the same settings, or start a new run"
+            )
+        ours = set(self._step.state_buffers())
+        missing = ours - set(state["buffers"])
+        if missing:
+            raise DataError(f"the DGC state dict lacks buffer '{sorted(missing)[0]}': it was written for another model")
+        for name, values in state["buffers"].items():
+            self._step.load_state_buffer(name, values)
+        self._step.rng_state = state["rng"]
+        self._step.iteration = state["iteration"]
+        self._step.set_bytes(state["total_bytes"], state["post_warmup_bytes"])
+
+    def _add(self, bucket):
+        future = torch.futures.Future()
+        self._pending.append((bucket.buffer(), bucket.gradients(), bucket.parameters(), future))
+        return future
+
+    def _run(self):
+        pending, self._pending = self._pending, []
+        try:
+            _check_optimizer(self.optimizer, self.params, self._momentum, self._weight_decay)
+            grads = [None] * len(self.params)
+            for _, gradients, parameters, _ in pending:
+                for g, p in zip(gradients, parameters):
+                    index = self._index.get(id(p))
+                    if index is None:
+                        raise InvalidArgument(
+                            "DDP handed the hook a parameter DGCState does not know: create "
+                            "DGCState from the DDP model the hook is registered on"
+                        )
+                    grads[index] = g
+            absent = [self.params[i][0] for i, g in enumerate(grads) if g is None]
+            if absent:
+                raise InvalidArgument(f"no gradient bucket held parameter '{absent[0]}'")
+            self._step.run(grads, [p for _, p in self.params])
+        except BaseException as error:
+            for _, _, _, future in pending:
+                future.set_exception(error)
+            raise
+        for buffer, _, _, future in pending:
+            future.set_result(buffer)
+
+
+def dgc_hook(state, bucket):
+    """The DDP communication hook: register with model.register_comm_hook(state, dgc_hook).
+
+    Holds each bucket until the iteration's last one, then runs the DGC step over all of them
+    and completes every bucket's future with its direction (see the module comment).
+    """
+    future = state._add(bucket)
+    if bucket.is_last():
+        state._run()
+    return future

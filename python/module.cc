@@ -1,0 +1,351 @@
+// dgc._C: the Python bindings of the C++ core. Tensors and process groups cross the boundary
+// through libtorch's own pybind11 casters (torch/extension.h): a Python torch.Tensor becomes an
+// at::Tensor, and a torch.distributed.ProcessGroup a c10::intrusive_ptr<c10d::ProcessGroup>,
+// without copies, because this module links the libtorch and libtorch_python the Python process
+// has loaded and is built with the same pybind11 ABI (see python/CMakeLists.txt).
+//
+// What is bound:
+//   Options            dgc::train::OptimizerOptions, from keyword arguments;
+//   Step               dgc::train::DistributedStep over a ProcessGroup communicator: the engine
+//                      of the DDP hook (dgc/torch.py);
+//   DGCError ...       the dgc::Error family as Python exceptions, messages unchanged;
+//   _distributed_optimizer_steps  runs the C++ DistributedOptimizer over a process group (the
+//                      reference the tests compare the hook with).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dgc/comm/process_group.h"
+#include "dgc/core/error.h"
+#include "dgc/train/optimizer.h"
+#include "dgc/train/step.h"
+
+namespace py = pybind11;
+
+namespace dgc::python {
+namespace {
+
+using train::OptimizerOptions;
+
+SelectionMethod parse_selection(const std::string& name) {
+  if (name == "sampled") return SelectionMethod::kSampled;
+  if (name == "exact") return SelectionMethod::kExact;
+  throw InvalidArgument("unknown selection '" + name + "': expected 'sampled' or 'exact'");
+}
+
+// The keyword arguments of dgc.torch.DGCState, one to one onto OptimizerOptions (the names are
+// those of `dgc train`'s flags).
+OptimizerOptions make_options(const std::string& compression, double density, double warmup_epochs,
+                              int warmup_stages, int64_t iterations_per_epoch, double momentum,
+                              bool nesterov, bool masking, double weight_decay, double clip_norm,
+                              const std::string& selection, double sample_ratio,
+                              const std::string& value_type, int64_t min_compress_numel,
+                              bool compress_1d, const std::string& exchange, uint64_t seed,
+                              double timeout_seconds) {
+  DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
+            iterations_per_epoch, " (pass the length of the training data loader)");
+  DGC_CHECK(warmup_stages >= 0, "warmup_stages must be >= 0, got ", warmup_stages);
+  DGC_CHECK(warmup_epochs >= 0, "warmup_epochs must be >= 0, got ", warmup_epochs);
+  DGC_CHECK(timeout_seconds > 0, "timeout must be positive, got ", timeout_seconds, " s");
+  OptimizerOptions o;
+  o.compression = train::parse_compression(compression);
+  o.density.density = density;
+  o.density.warmup_epochs = warmup_epochs;
+  if (warmup_stages > 0 && warmup_epochs > 0) {
+    // The paper's stages fitted into the warm-up epochs, as `dgc train --warmup-stages` does.
+    const double warmup_iterations = warmup_epochs * static_cast<double>(iterations_per_epoch);
+    o.density.iterations_per_stage =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(warmup_iterations / warmup_stages)));
+  }
+  o.iterations_per_epoch = iterations_per_epoch;
+  o.compressor.momentum = {.momentum = momentum, .nesterov = nesterov, .masking = masking};
+  o.compressor.selection.method = parse_selection(selection);
+  o.compressor.selection.sample_ratio = sample_ratio;
+  o.compressor.value_type = parse_value_type(value_type);
+  o.compressor.seed = seed;
+  o.policy = {.min_numel = min_compress_numel, .compress_1d = compress_1d};
+  o.exchange = parse_exchange_algorithm(exchange);
+  o.weight_decay = weight_decay;
+  o.clip_norm = clip_norm;
+  // The learning rate belongs to the user's optimizer; the C++ reference runs use it constant.
+  o.lr.warmup_epochs = 0;
+  o.lr.decay = LearningRateSchedule::Decay::kConstant;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+  return o;
+}
+
+// A float32 CPU contiguous tensor with this data, or a copy that is (CUDA or other dtypes).
+torch::Tensor host_float(const torch::Tensor& t, const std::string& what) {
+  DGC_CHECK(t.defined(), what, " is undefined");
+  DGC_CHECK(t.is_floating_point(), what, " must be a floating-point tensor, got ",
+            c10::toString(t.scalar_type()));
+  if (t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous()) return t;
+  return t.to(torch::kCPU, torch::kFloat32).contiguous();
+}
+
+std::span<float> span_of(const torch::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
+}
+
+py::dict bytes_dict(const ExchangeBytes& b) {
+  py::dict d;
+  d["message"] = b.message;
+  d["dense_gradient"] = b.dense_gradient;
+  d["wire_sent"] = b.wire_sent;
+  d["wire_received"] = b.wire_received;
+  d["dense_wire_sent"] = b.dense_wire_sent;
+  return d;
+}
+
+ExchangeBytes bytes_from(const py::dict& d) {
+  ExchangeBytes b;
+  b.message = d["message"].cast<uint64_t>();
+  b.dense_gradient = d["dense_gradient"].cast<uint64_t>();
+  b.wire_sent = d["wire_sent"].cast<uint64_t>();
+  b.wire_received = d["wire_received"].cast<uint64_t>();
+  b.dense_wire_sent = d["dense_wire_sent"].cast<uint64_t>();
+  return b;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(
+    const std::vector<std::string>& names, const std::vector<std::vector<int64_t>>& shapes) {
+  DGC_CHECK_EQ(names.size(), shapes.size(), "names and shapes");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], shapes[i]);
+  return out;
+}
+
+comm::ProcessGroupOptions group_options(const OptimizerOptions& options,
+                                        const std::string& device) {
+  return {.timeout = options.timeout, .device = c10::Device(device)};
+}
+
+// A DistributedStep with the communicator it runs over.
+class Step {
+ public:
+  Step(c10::intrusive_ptr<c10d::ProcessGroup> group, const std::vector<std::string>& names,
+       const std::vector<std::vector<int64_t>>& shapes, const OptimizerOptions& options,
+       const std::string& run_settings, const std::string& device)
+      : comm_(comm::connect_process_group(std::move(group), group_options(options, device))),
+        step_(*comm_, named_shapes(names, shapes), options, run_settings) {}
+
+  // grads[i], weights[i]: tensor i of the layout. The directions are written into grads.
+  void run(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& weights) {
+    const auto& layout = step_.layout();
+    DGC_CHECK_EQ(grads.size(), layout.size(), "gradient tensors (one per parameter)");
+    DGC_CHECK_EQ(weights.size(), layout.size(), "weight tensors (one per parameter)");
+    std::vector<torch::Tensor> host_grads, host_weights;
+    std::vector<std::span<float>> grad_spans;
+    std::vector<std::span<const float>> weight_spans;
+    for (size_t i = 0; i < layout.size(); ++i) {
+      DGC_CHECK_EQ(grads[i].numel(), layout[i].numel(), "elements of the gradient of '",
+                   layout[i].name, "'");
+      host_grads.push_back(host_float(grads[i], "the gradient of '" + layout[i].name + "'"));
+      host_weights.push_back(host_float(weights[i].detach(), "parameter '" + layout[i].name + "'"));
+      grad_spans.push_back(span_of(host_grads.back()));
+      weight_spans.push_back(span_of(host_weights.back()));
+    }
+    {
+      py::gil_scoped_release release;
+      step_.run(grad_spans, weight_spans, grad_spans);
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!host_grads[i].is_same(grads[i])) grads[i].copy_(host_grads[i].view_as(grads[i]));
+    }
+  }
+
+  train::DistributedStep& step() { return step_; }
+  comm::Communicator& comm() { return *comm_; }
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  train::DistributedStep step_;
+};
+
+// A module holding given tensors as its parameters, for the C++ optimizer reference.
+struct TensorModule : torch::nn::Module {
+  TensorModule(const std::vector<std::string>& names, const std::vector<torch::Tensor>& weights) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::string name = names[i];
+      for (char& c : name) {
+        if (c == '.') c = '_';
+      }
+      register_parameter(name, weights[i].detach().to(torch::kFloat32).contiguous().clone());
+    }
+  }
+};
+
+// Runs the C++ DistributedOptimizer for grads.size() steps at a constant learning rate: step s
+// sets every parameter's .grad to grads[s][i]. Returns the final weights.
+std::vector<torch::Tensor> distributed_optimizer_steps(
+    c10::intrusive_ptr<c10d::ProcessGroup> group, const std::vector<std::string>& names,
+    const std::vector<torch::Tensor>& weights, const std::vector<std::vector<torch::Tensor>>& grads,
+    OptimizerOptions options, double lr) {
+  options.lr.lr = lr;
+  auto comm = comm::connect_process_group(std::move(group), group_options(options, "cpu"));
+  TensorModule model(names, weights);
+  {
+    py::gil_scoped_release release;
+    train::DistributedOptimizer optimizer(*comm, model, options);
+    const auto params = model.parameters();
+    for (const auto& step_grads : grads) {
+      DGC_CHECK_EQ(step_grads.size(), params.size(), "gradients per step");
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i].mutable_grad() = step_grads[i].detach().to(torch::kFloat32).contiguous().clone();
+      }
+      optimizer.step();
+    }
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace
+}  // namespace dgc::python
+
+PYBIND11_MODULE(_C, m) {
+  namespace dp = dgc::python;
+  m.doc() = "Deep Gradient Compression: the C++ core (see the dgc package)";
+  // Compared with torch._C's by dgc/__init__.py: types cross only within one pybind11 ABI.
+  m.attr("_PYBIND11_BUILD_ABI") = PYBIND11_BUILD_ABI;
+  m.attr("_PYBIND11_COMPILER_TYPE") = PYBIND11_COMPILER_TYPE;
+  m.attr("_PYBIND11_STDLIB") = PYBIND11_STDLIB;
+
+  // Exceptions: the dgc::Error family, most derived registered last (tried first).
+  static py::exception<dgc::Error> error(m, "DGCError", PyExc_RuntimeError);
+  static py::exception<dgc::InvalidArgument> invalid(m, "InvalidArgument", error.ptr());
+  static py::exception<dgc::CommError> comm_error(m, "CommError", error.ptr());
+  static py::exception<dgc::TimeoutError> timeout(m, "TimeoutError", comm_error.ptr());
+  static py::exception<dgc::MismatchError> mismatch(m, "MismatchError", error.ptr());
+  static py::exception<dgc::DataError> data(m, "DataError", error.ptr());
+  static py::exception<dgc::DecodeError> decode(m, "DecodeError", error.ptr());
+  static py::exception<dgc::NumericError> numeric(m, "NumericError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const dgc::TimeoutError& e) {
+      timeout(e.what());
+    } catch (const dgc::CommError& e) {
+      comm_error(e.what());
+    } catch (const dgc::InvalidArgument& e) {
+      invalid(e.what());
+    } catch (const dgc::MismatchError& e) {
+      mismatch(e.what());
+    } catch (const dgc::DataError& e) {
+      data(e.what());
+    } catch (const dgc::DecodeError& e) {
+      decode(e.what());
+    } catch (const dgc::NumericError& e) {
+      numeric(e.what());
+    } catch (const dgc::Error& e) {
+      error(e.what());
+    }
+  });
+
+  py::class_<dgc::train::OptimizerOptions>(m, "Options")
+      .def(py::init(&dp::make_options), py::kw_only(), py::arg("compression") = "dgc",
+           py::arg("density") = 0.001, py::arg("warmup_epochs") = 1.0, py::arg("warmup_stages") = 4,
+           py::arg("iterations_per_epoch") = 1, py::arg("momentum") = 0.9,
+           py::arg("nesterov") = false, py::arg("masking") = true, py::arg("weight_decay") = 1e-4,
+           py::arg("clip_norm") = 0.0, py::arg("selection") = "sampled",
+           py::arg("sample_ratio") = 0.01, py::arg("value_type") = "fp32",
+           py::arg("min_compress_numel") = 1024, py::arg("compress_1d") = false,
+           py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0)
+      .def("describe", [](const dgc::train::OptimizerOptions& o) { return describe(o); })
+      .def("__repr__", [](const dgc::train::OptimizerOptions& o) {
+        return "dgc.Options(\n" + describe(o) + ")";
+      });
+
+  py::class_<dp::Step>(m, "Step")
+      .def(py::init<c10::intrusive_ptr<c10d::ProcessGroup>, const std::vector<std::string>&,
+                    const std::vector<std::vector<int64_t>>&, const dgc::train::OptimizerOptions&,
+                    const std::string&, const std::string&>(),
+           py::arg("process_group"), py::arg("names"), py::arg("shapes"), py::arg("options"),
+           py::arg("run_settings") = "", py::arg("device") = "cpu",
+           py::call_guard<py::gil_scoped_release>())
+      .def("run", &dp::Step::run, py::arg("grads"), py::arg("weights"))
+      .def_property(
+          "iteration", [](dp::Step& s) { return s.step().iteration(); },
+          [](dp::Step& s, int64_t i) { s.step().set_iteration(i); })
+      .def_property_readonly("density", [](dp::Step& s) { return s.step().density(); })
+      .def_property_readonly("warmup_iterations",
+                             [](dp::Step& s) { return s.step().warmup_iterations(); })
+      .def_property_readonly("settings", [](dp::Step& s) { return s.step().settings(); })
+      .def_property_readonly("rank", [](dp::Step& s) { return s.comm().rank(); })
+      .def_property_readonly("world_size", [](dp::Step& s) { return s.comm().size(); })
+      .def_property_readonly(
+          "layout",
+          [](dp::Step& s) {
+            py::list out;
+            for (const auto& spec : s.step().layout()) {
+              out.append(py::make_tuple(
+                  spec.name, spec.path == dgc::TensorPath::kCompressed ? "compressed" : "dense"));
+            }
+            return out;
+          })
+      .def_property_readonly("last_bytes",
+                             [](dp::Step& s) { return dp::bytes_dict(s.step().last_bytes()); })
+      .def_property_readonly("total_bytes",
+                             [](dp::Step& s) { return dp::bytes_dict(s.step().total_bytes()); })
+      .def_property_readonly(
+          "post_warmup_bytes",
+          [](dp::Step& s) { return dp::bytes_dict(s.step().post_warmup_bytes()); })
+      .def("set_bytes",
+           [](dp::Step& s, const py::dict& total, const py::dict& post_warmup) {
+             s.step().set_bytes(dp::bytes_from(total), dp::bytes_from(post_warmup));
+           })
+      .def_property_readonly("last_timings",
+                             [](dp::Step& s) {
+                               const auto& t = s.step().last_timings();
+                               py::dict d;
+                               d["compress"] = t.compress;
+                               d["exchange"] = t.exchange;
+                               d["update"] = t.update;
+                               return d;
+                             })
+      .def(
+          "state_buffers",
+          [](dp::Step& s) {
+            py::dict out;
+            for (const auto& b : s.step().state_buffers()) {
+              out[py::str(b.name)] =
+                  torch::from_blob(b.values.data(), {static_cast<int64_t>(b.values.size())},
+                                   torch::kFloat32)
+                      .clone();
+            }
+            return out;
+          },
+          "Copies of every float buffer of the state, by name.")
+      .def("load_state_buffer",
+           [](dp::Step& s, const std::string& name, const torch::Tensor& values) {
+             for (const auto& b : s.step().state_buffers()) {
+               if (b.name != name) continue;
+               const torch::Tensor v = dp::host_float(values, "state buffer '" + name + "'");
+               if (static_cast<size_t>(v.numel()) != b.values.size()) {
+                 throw dgc::DataError(dgc::detail::concat(
+                     "state buffer '", name, "' has ", v.numel(), " elements, expected ",
+                     b.values.size(), ": the state dict was written for another model"));
+               }
+               std::copy_n(v.data_ptr<float>(), b.values.size(), b.values.begin());
+               return;
+             }
+             throw dgc::DataError("the state dict has a buffer '" + name +
+                                  "' this model does not have: it was written for another model "
+                                  "or other settings");
+           })
+      .def_property(
+          "rng_state", [](dp::Step& s) { return s.step().rng_state(); },
+          [](dp::Step& s, const std::string& t) { s.step().set_rng_state(t); });
+
+  m.def("_distributed_optimizer_steps", &dp::distributed_optimizer_steps, py::arg("process_group"),
+        py::arg("names"), py::arg("weights"), py::arg("grads"), py::arg("options"), py::arg("lr"),
+        "Runs the C++ DistributedOptimizer over the process group (a reference for tests).");
+}

@@ -1,0 +1,263 @@
+"""One rank of the DDP hook tests; started by spawn_ranks.py or by torchrun (RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT in the environment). Every check compares against an independent
+result: the C++ DistributedOptimizer over the same process group, plain DDP, or the run that was
+not interrupted. Exits non-zero (with the reason) on the first failed check.
+
+    hook_worker.py equivalence | dense | resume | errors
+"""
+
+import io
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import dgc
+import dgc.torch
+
+STEPS = 6
+LR = 0.1
+
+
+class FixedGradients(torch.nn.Module):
+    """A model whose loss is sum_i <p_i, G_i>: backward() leaves exactly G_i in p_i.grad.
+
+    Shapes: two compressed tensors (2-D and 3-D, >= 1024 elements), a bias and a small 2-D tensor
+    (dense path).
+    """
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.weight = torch.nn.Parameter(torch.randn(64, 40, generator=g))
+        self.bias = torch.nn.Parameter(torch.randn(64, generator=g))
+        self.conv = torch.nn.Parameter(torch.randn(8, 4, 40, generator=g))
+        self.small = torch.nn.Parameter(torch.randn(10, 10, generator=g))
+
+    def forward(self, grads):
+        return sum((p * g).sum() for p, g in zip(self.parameters(), grads))
+
+
+def gradients(rank, step, params):
+    """Rank- and step-distinct gradients, with a few large entries so that selection matters."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    out = []
+    for p in params:
+        x = torch.randn(p.shape, generator=g)
+        x.view(-1)[torch.randint(0, p.numel(), (3,), generator=g)] *= 20
+        out.append(x)
+    return out
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(f"rank {dist.get_rank()}: {message}")
+
+
+def hook_model(settings, lr=LR):
+    model = DDP(FixedGradients())
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0, weight_decay=0)
+    state = dgc.torch.DGCState(model, optimizer, **settings)
+    model.register_comm_hook(state, dgc.torch.dgc_hook)
+    return model, optimizer, state
+
+
+def train(model, optimizer, steps):
+    rank = dist.get_rank()
+    for s in steps:
+        optimizer.zero_grad()
+        model(gradients(rank, s, model.module.parameters())).backward()
+        optimizer.step()
+
+
+def weights(model):
+    return [p.detach().clone() for p in model.module.parameters()]
+
+
+def max_difference(a, b):
+    return max((x - y).abs().max().item() for x, y in zip(a, b))
+
+
+DGC_SETTINGS = dict(
+    iterations_per_epoch=4,  # warm-up: 1 epoch in 4 stages of one step (densities 0.25 ... 0.0039)
+    density=0.01,
+    warmup_epochs=1.0,
+    warmup_stages=4,
+    weight_decay=1e-3,
+)
+
+
+def equivalence():
+    """The hook equals the C++ DistributedOptimizer for the same gradients (plain and Nesterov)."""
+    rank = dist.get_rank()
+    for nesterov in (False, True):
+        settings = dict(DGC_SETTINGS, nesterov=nesterov)
+        model, optimizer, state = hook_model(settings)
+        check(
+            [path for _, path in state.layout] == ["compressed", "dense", "compressed", "dense"],
+            f"layout {state.layout}",
+        )
+        start = weights(model)
+        train(model, optimizer, range(STEPS))
+        names = [n for n, _ in model.module.named_parameters()]
+        grads = [gradients(rank, s, start) for s in range(STEPS)]
+        reference = dgc._C._distributed_optimizer_steps(
+            dist.group.WORLD, names, start, grads, state.options, LR
+        )
+        got = weights(model)
+        moved = max_difference(got, start)
+        difference = max_difference(got, reference)
+        # The C++ update is w -= lr * d; SGD's add_(d, alpha=-lr) may fuse it (one rounding):
+        # the two differ by at most a few ulp of w per step.
+        check(moved > 1e-2, f"the weights did not move ({moved})")
+        check(difference < 1e-5, f"nesterov={nesterov}: hook vs C++ optimizer differ by {difference}")
+        check(state.iteration == STEPS, f"iteration {state.iteration}")
+        check(0 < state.last_bytes["message"] < state.last_bytes["dense_gradient"] / 10, f"bytes {state.last_bytes}")
+        print(f"rank {rank}: equivalence nesterov={nesterov}: max |hook - C++| = {difference:.3g}, moved {moved:.3g}")
+
+
+def dense():
+    """Density 1 without masking, and compression none, equal plain DDP with momentum SGD."""
+    rank = dist.get_rank()
+    for nesterov in (False, True):
+        plain = DDP(FixedGradients())
+        sgd = torch.optim.SGD(plain.parameters(), lr=LR, momentum=0.9, weight_decay=1e-3, nesterov=nesterov)
+        start = weights(plain)
+        train(plain, sgd, range(STEPS))
+        expected = weights(plain)
+        for settings in (
+            dict(density=1.0, warmup_epochs=0, masking=False),
+            dict(compression="none"),
+        ):
+            model, optimizer, _ = hook_model(
+                dict(settings, iterations_per_epoch=1, nesterov=nesterov, weight_decay=1e-3, momentum=0.9)
+            )
+            train(model, optimizer, range(STEPS))
+            difference = max_difference(weights(model), expected)
+            moved = max_difference(expected, start)
+            check(moved > 1e-2, f"plain DDP did not move ({moved})")
+            check(difference < 1e-5, f"{settings} nesterov={nesterov}: hook vs plain DDP differ by {difference}")
+            print(f"rank {rank}: {settings} nesterov={nesterov}: max |hook - DDP| = {difference:.3g}")
+
+
+def resume():
+    """state_dict() / load_state_dict() in the middle of training resume bit for bit."""
+    rank = dist.get_rank()
+    model, optimizer, _ = hook_model(DGC_SETTINGS)
+    train(model, optimizer, range(STEPS))
+    uninterrupted = weights(model)
+
+    model, optimizer, state = hook_model(DGC_SETTINGS)
+    train(model, optimizer, range(STEPS // 2))
+    saved = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "dgc": state.state_dict()}, saved)
+    # Let the first run go on, so the resumed run cannot share its state by accident.
+    train(model, optimizer, range(STEPS // 2, STEPS))
+
+    saved.seek(0)
+    checkpoint = torch.load(saved)
+    model, optimizer, state = hook_model(DGC_SETTINGS)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    state.load_state_dict(checkpoint["dgc"])
+    check(state.iteration == STEPS // 2, f"iteration after load {state.iteration}")
+    train(model, optimizer, range(STEPS // 2, STEPS))
+    resumed = weights(model)
+    check(all(torch.equal(a, b) for a, b in zip(resumed, uninterrupted)),
+          f"resumed run differs from the uninterrupted one by {max_difference(resumed, uninterrupted)}")
+
+    # Without the DGC state the run is not the same (the test can fail).
+    model, optimizer, state = hook_model(DGC_SETTINGS)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    state._step.iteration = STEPS // 2
+    train(model, optimizer, range(STEPS // 2, STEPS))
+    check(max_difference(weights(model), uninterrupted) > 0, "losing the DGC state changed nothing")
+
+    # A state dict of other settings or another rank is refused.
+    other, other_optimizer, other_state = hook_model(dict(DGC_SETTINGS, density=0.02))
+    expect_error(dgc.DataError, "'density' is 0.01 in the state dict but 0.02 now",
+                 lambda: other_state.load_state_dict(checkpoint["dgc"]))
+    wrong_rank = dict(checkpoint["dgc"], rank=(rank + 1) % dist.get_world_size())
+    expect_error(dgc.DataError, "belongs to rank", lambda: state.load_state_dict(wrong_rank))
+    print(f"rank {rank}: resume bit for bit")
+
+
+def expect_error(kind, text, fn):
+    try:
+        fn()
+    except kind as error:
+        check(text in str(error), f"{kind.__name__} without '{text}': {error}")
+        check(isinstance(error, dgc.DGCError), f"{type(error).__name__} is not a dgc.DGCError")
+        return
+    raise AssertionError(f"rank {dist.get_rank()}: no {kind.__name__} ('{text}')")
+
+
+def errors():
+    """The errors a Python user meets, each saying what to do."""
+    rank = dist.get_rank()
+    net = FixedGradients()
+    sgd = torch.optim.SGD(net.parameters(), lr=LR)
+    expect_error(dgc.InvalidArgument, "DistributedDataParallel(model)",
+                 lambda: dgc.torch.DGCState(net, sgd, iterations_per_epoch=1))
+    model = DDP(FixedGradients())
+    for kwargs, text in (
+        (dict(momentum=0.9), "create SGD with momentum=0"),
+        (dict(weight_decay=1e-4), "create SGD with weight_decay=0"),
+        (dict(momentum=0.9, nesterov=True), "create SGD with momentum=0"),
+    ):
+        sgd = torch.optim.SGD(model.parameters(), lr=LR, **kwargs)
+        expect_error(dgc.InvalidArgument, text,
+                     lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=1))
+    adam = torch.optim.Adam(model.parameters())
+    expect_error(dgc.InvalidArgument, "needs torch.optim.SGD",
+                 lambda: dgc.torch.DGCState(model, adam, iterations_per_epoch=1))
+    sgd = torch.optim.SGD(model.parameters(), lr=LR)
+    expect_error(dgc.InvalidArgument, "iterations_per_epoch must be at least 1",
+                 lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=0))
+    # Settings that differ across ranks: every rank learns it, with the first difference named.
+    expect_error(dgc.MismatchError, "density",
+                 lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=1,
+                                            density=0.001 if rank == 0 else 0.01))
+    # Momentum set in SGD after the hook was created: the next step refuses.
+    model, optimizer, state = hook_model(DGC_SETTINGS)
+    optimizer.param_groups[0]["momentum"] = 0.9
+    try:
+        train(model, optimizer, range(1))
+    except Exception as error:  # DDP re-raises the hook's error from backward()
+        check("momentum=0" in str(error), f"momentum set later: {error}")
+    else:
+        raise AssertionError("momentum set after DGCState was not refused")
+    print(f"rank {rank}: errors ok")
+
+
+def not_initialised():
+    net = FixedGradients()
+    sgd = torch.optim.SGD(net.parameters(), lr=LR)
+    try:
+        dgc.torch.DGCState(net, sgd, iterations_per_epoch=1)
+    except dgc.InvalidArgument as error:
+        if "init_process_group" not in str(error):
+            raise AssertionError(f"no remedy in: {error}")
+    else:
+        raise AssertionError("DGCState without an initialised process group was accepted")
+
+
+def main():
+    case = sys.argv[1]
+    torch.set_num_threads(1)
+    if case == "errors":
+        not_initialised()
+    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=60))
+    launch = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "spawned"
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()}: launched by {launch}")
+    try:
+        {"equivalence": equivalence, "dense": dense, "resume": resume, "errors": errors}[case]()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
