@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dgc/comm/process_group.h"
+#include "dgc/core/clip.h"
 #include "dgc/core/error.h"
 #include "dgc/train/optimizer.h"
 #include "dgc/train/step.h"
@@ -48,7 +49,8 @@ OptimizerOptions make_options(const std::string& compression, double density, do
                               const std::string& selection, double sample_ratio,
                               const std::string& value_type, int64_t min_compress_numel,
                               bool compress_1d, const std::string& exchange, uint64_t seed,
-                              double timeout_seconds) {
+                              double timeout_seconds, const std::string& dense_path,
+                              double dense_path_density, const std::string& clip_scaling) {
   DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
             iterations_per_epoch, " (pass the length of the training data loader)");
   DGC_CHECK(warmup_stages >= 0, "warmup_stages must be >= 0, got ", warmup_stages);
@@ -74,6 +76,9 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   o.exchange = parse_exchange_algorithm(exchange);
   o.weight_decay = weight_decay;
   o.clip_norm = clip_norm;
+  o.clip_scaling = parse_clip_scaling(clip_scaling);
+  o.dense_path = train::parse_dense_path(dense_path);
+  o.dense_path_density = dense_path_density;
   // The learning rate belongs to the user's optimizer; the C++ reference runs use it constant.
   o.lr.warmup_epochs = 0;
   o.lr.decay = LearningRateSchedule::Decay::kConstant;
@@ -258,7 +263,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("clip_norm") = 0.0, py::arg("selection") = "sampled",
            py::arg("sample_ratio") = 0.01, py::arg("value_type") = "fp32",
            py::arg("min_compress_numel") = 1024, py::arg("compress_1d") = false,
-           py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0)
+           py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0,
+           py::arg("dense_path") = "grouped", py::arg("dense_path_density") = 0.1,
+           py::arg("clip_scaling") = "paper")
       .def("describe", [](const dgc::train::OptimizerOptions& o) { return describe(o); })
       .def("__repr__", [](const dgc::train::OptimizerOptions& o) {
         return "dgc.Options(\n" + describe(o) + ")";

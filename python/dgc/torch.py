@@ -94,9 +94,11 @@ class DGCState:
         (density max(d, 0.25^(s+1)) in stage s; warmup_stages stages fitted into warmup_epochs,
         0 = one stage per epoch), as `dgc train`'s flags of the same names.
     momentum, nesterov, masking, weight_decay, clip_norm: the paper's momentum correction,
-        momentum factor masking, local weight decay and local clipping (clip_norm / sqrt(N)).
-    selection, sample_ratio, value_type, min_compress_numel, compress_1d, exchange, seed,
-        timeout: as the `dgc train` flags (docs/training.md).
+        momentum factor masking, local weight decay and local clipping (each worker's gradient
+        before accumulation; clip_scaling "paper" or "mean" as `dgc train --clip-scaling`).
+    selection, sample_ratio, value_type, min_compress_numel, compress_1d, exchange,
+        dense_path ("grouped", "exact", "fp16", "bf16"), dense_path_density, seed, timeout: as
+        the `dgc train` flags (docs/training.md).
 
     Every rank must pass the same settings: the constructor compares them across ranks and raises
     dgc.MismatchError on every rank naming the first difference.
@@ -126,6 +128,9 @@ class DGCState:
         exchange="allgather",
         seed=0,
         timeout=60.0,
+        dense_path="grouped",
+        dense_path_density=0.1,
+        clip_scaling="paper",
     ):
         if not dist.is_available() or not dist.is_initialized():
             raise InvalidArgument(
@@ -165,6 +170,9 @@ class DGCState:
             exchange=exchange,
             seed=seed,
             timeout=timeout,
+            dense_path=dense_path,
+            dense_path_density=dense_path_density,
+            clip_scaling=clip_scaling,
         )
         # NCCL takes CUDA tensors only: the exchange's buffers then live on this rank's GPU.
         device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"

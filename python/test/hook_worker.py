@@ -119,7 +119,8 @@ def equivalence():
 
 
 def dense():
-    """Density 1 without masking, and compression none, equal plain DDP with momentum SGD."""
+    """Density 1 without masking (the dense path exact, or grouped at density 1), and compression
+    none, equal plain DDP with momentum SGD."""
     rank = dist.get_rank()
     for nesterov in (False, True):
         plain = DDP(FixedGradients())
@@ -128,7 +129,8 @@ def dense():
         train(plain, sgd, range(STEPS))
         expected = weights(plain)
         for settings in (
-            dict(density=1.0, warmup_epochs=0, masking=False),
+            dict(density=1.0, warmup_epochs=0, masking=False, dense_path="exact"),
+            dict(density=1.0, warmup_epochs=0, masking=False, dense_path_density=1.0),
             dict(compression="none"),
         ):
             model, optimizer, _ = hook_model(

@@ -227,6 +227,7 @@ OptimizerOptions clipping_options(Compression compression, double density, doubl
   OptimizerOptions options;
   options.compression = compression;
   options.policy.min_numel = 16;  // every 2-D tensor compressed, the biases dense
+  options.dense_path = DensePath::kExact;  // the biases averaged exactly, as the reference does
   options.compressor.selection.method = SelectionMethod::kExact;
   options.compressor.momentum.momentum = momentum;
   options.compressor.momentum.nesterov = false;
