@@ -351,13 +351,13 @@ class Plotter {
     out.push_back({cmd_.name + "-" + b.kind + "-time",
                    data.str() + "set title " + quote(title(b.time_title)) +
                        "\nset xlabel 'workers'\nset ylabel 'time (ms)'\nset logscale y\n"
-                       "set key top left\n" +
+                       "set format y '%.0f'\nset key below\n" +
                        worker_axis + time_plot + "\n"});
     if (any_speedup) {
       out.push_back({cmd_.name + "-" + b.kind + "-speedup",
                      data.str() + "set title " + quote(title(b.speedup_title)) +
                          "\nset xlabel 'workers'\nset ylabel 'dense time / DGC time'\n"
-                         "set yrange [0:*]\nset key top left\n" +
+                         "set yrange [0:*]\nset key below\n" +
                          worker_axis + speedup_plot + "\n"});
     }
   }
