@@ -209,7 +209,7 @@ CheckpointFile CheckpointFile::read(const std::string& path) {
   const auto body = all.first(all.size() - 4);
   Reader tail(path, all.last(4));
   if (tail.take<uint32_t>() != crc_of(body)) {
-    throw DataError("checkpoint " + path + " is corrupt (checksum mismatch)");
+    throw DataError("checkpoint " + path + " is truncated or corrupt (checksum mismatch)");
   }
   Reader reader(path, body.subspan(sizeof(kMagic)));
   const uint32_t version = reader.take<uint32_t>();

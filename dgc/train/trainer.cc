@@ -140,7 +140,15 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
     start_iteration_ = done;
     start_epoch_ = static_cast<int>(done / iterations);
     resumed_from_ = file.path();
-    if (done % iterations != 0) resume_file_ = std::make_unique<CheckpointFile>(std::move(file));
+    if (done % iterations != 0) {
+      // Inside an epoch: the epoch's sums so far (read now, so a malformed file stops the start).
+      resume_progress_ = std::make_unique<EpochProgress>();
+      resume_progress_->loss_sum = read_double(file, "train/epoch_loss_sum");
+      resume_progress_->bytes_before = read_bytes(file, "train/epoch_bytes_start");
+      resume_progress_->train_seconds = read_double(file, "train/epoch_train_seconds");
+      resume_progress_->exchange_seconds = read_double(file, "train/epoch_exchange_seconds");
+      resume_file_ = std::make_unique<CheckpointFile>(std::move(file));
+    }
   }
 }
 
@@ -190,8 +198,17 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
       if (steps[r].empty()) missing += detail::concat(missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty()) {
-      throw DataError("no checkpoint for rank(s) " + missing + " (files " + pattern +
-                      "): check --checkpoint, or start a new run without --resume");
+      std::string present;
+      for (int r = 0; r < world; ++r) {
+        if (!steps[r].empty()) present += detail::concat(present.empty() ? "" : ", ", r);
+      }
+      throw DataError(
+          "no checkpoint for rank(s) " + missing + " (files " + pattern + ")" +
+          (present.empty()
+               ? ": check --checkpoint, or start a new run without --resume"
+               : "; rank(s) " + present +
+                     " have one: was the run written by fewer workers? Resume with the same "
+                     "number of workers"));
     }
     step = steps[0].back();
     bool same = true;
@@ -325,14 +342,11 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     int64_t first = 0;
     if (resume_file_ != nullptr) {
       // Resumed inside this epoch: the task's carried state and the epoch's sums so far.
-      const CheckpointFile& file = *resume_file_;
       first = start_iteration_ - static_cast<int64_t>(epoch) * iterations;
-      worker_->load_state(file);
-      progress.loss_sum = read_double(file, "train/epoch_loss_sum");
-      progress.bytes_before = read_bytes(file, "train/epoch_bytes_start");
-      progress.train_seconds = read_double(file, "train/epoch_train_seconds");
-      progress.exchange_seconds = read_double(file, "train/epoch_exchange_seconds");
+      worker_->load_state(*resume_file_);
+      progress = *resume_progress_;
       resume_file_.reset();
+      resume_progress_.reset();
     }
     const double seconds_before = progress.train_seconds;
     double checkpoint_seconds = 0.0;  // mid-epoch checkpoints: not training time

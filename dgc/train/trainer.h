@@ -180,7 +180,10 @@ class Trainer {
   int start_epoch_ = 0;
   int64_t start_iteration_ = 0;
   std::string resumed_from_;
-  std::unique_ptr<CheckpointFile> resume_file_;  // until the run has restored the epoch from it
+  // Resumed inside an epoch: the file (for the task's state) and the epoch's sums, until run()
+  // has restored the epoch from them.
+  std::unique_ptr<CheckpointFile> resume_file_;
+  std::unique_ptr<EpochProgress> resume_progress_;
 };
 
 }  // namespace dgc::train
