@@ -3,10 +3,10 @@
 # checkpoints the run wrote:
 #   1. by hand (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT on loopback, Gloo), 3 ranks, rank 1
 #      killed (SIGKILL) inside epoch 1: both survivors exit non-zero well within --timeout, each
-#      with an error naming rank 1; the three restarted with --resume end with final checkpoint
-#      files identical, byte for byte, to those of an uninterrupted run;
-#   2. by hand, rank 1 stalled (SIGSTOP): both survivors exit non-zero at --timeout, each naming
-#      rank 1;
+#      with an error naming the peer it lost, at least one naming rank 1; the three restarted with
+#      --resume end with final checkpoint files identical, byte for byte, to those of an
+#      uninterrupted run;
+#   2. by hand, rank 1 stalled (SIGSTOP): both survivors exit non-zero at --timeout, likewise;
 #   3. under mpirun (MPI), rank 1 killed inside epoch 1: mpirun ends the job, names rank 1 and
 #      exits non-zero; no process of the job is left; mpirun with --resume finishes the run;
 #   4. under mpirun with Gloo (--backend gloo --rendezvous DIR), rank 1 stalled (SIGSTOP): the
@@ -24,7 +24,7 @@ for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT LOCAL_RANK LOCAL_WORLD_SIZE GRO
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# 3 workers x batch 32 of 3000 examples: 31 steps per epoch, 62 in all; a checkpoint every 10
+# 3 workers x batch 32 of 3000 examples: 32 steps per epoch (the last batch short), 64 in all; a checkpoint every 10
 # steps (steps 10, 20, 30 inside epoch 1). --timeout also bounds the rendezvous: every process
 # must have loaded libtorch by then, which takes seconds on a loaded 2-core machine.
 timeout_s=10
@@ -75,19 +75,27 @@ run_by_hand() {
   pids=()
 }
 # expect_survivors NAME LOST T0 LIMIT_MS: ranks other than LOST exit non-zero within LIMIT_MS of
-# T0 with an error naming rank LOST.
+# T0, each with an error naming the peer it lost, and at least one names rank LOST. (A survivor
+# may learn of the failure from the other survivor, which closes its connections when it gives
+# up, and then names that one: docs/reliability.md.)
 expect_survivors() {
-  local name=$1 lost=$2 t0=$3 limit=$4 elapsed
+  local name=$1 lost=$2 t0=$3 limit=$4 elapsed named=0
   for r in 0 1 2; do
     [ "$r" = "$lost" ] && continue
     wait_exit "${ranks[$r]}" 120
     elapsed=$(($(now_ms) - t0))
     [ "$code" != 0 ] || fail "$name: survivor rank $r exited 0"
     [ "$elapsed" -lt "$limit" ] || fail "$name: rank $r ended $elapsed ms after, limit $limit ms"
-    grep -q "^dgc: error: .*\(peer rank $lost \|from rank $lost \|to rank $lost \)" \
-      "$work/$name-rank$r.log" || fail "$name: rank $r's error does not name rank $lost"
-    echo "$name: rank $r exited $code after $elapsed ms: $(grep -o "^dgc: error: .*rank $lost ([^)]*)" "$work/$name-rank$r.log" | head -1)"
+    grep -q "^dgc: error: .*\(peer\|from\|to\) rank [0-9] " "$work/$name-rank$r.log" ||
+      fail "$name: rank $r's error names no peer"
+    if grep -q "^dgc: error: .*\(peer rank $lost \|from rank $lost \|to rank $lost \)" \
+      "$work/$name-rank$r.log"; then
+      named=$((named + 1))
+    fi
+    echo "$name: rank $r exited $code after $elapsed ms: $(grep -o "^dgc: error: .*rank [0-9] ([^)]*)" "$work/$name-rank$r.log" | head -1)"
   done
+  [ "$named" -ge 1 ] || fail "$name: no survivor named rank $lost"
+  echo "$name: $named of 2 survivors named rank $lost"
 }
 
 # 1. SIGKILL by hand, then resume; the reference is the same run uninterrupted.
@@ -101,7 +109,7 @@ t0=$(now_ms)
 wait_exit "${ranks[1]}" 10
 expect_survivors kill 1 "$t0" $((timeout_s * 1000))
 pids=()
-[ ! -f "$work/kill.step62.rank0" ] || fail "kill: the run ended before the kill"
+[ ! -f "$work/kill.step64.rank0" ] || fail "kill: the run ended before the kill"
 port=$(free_port)
 resume=(--checkpoint "$work/kill" --resume)
 for r in 0 1 2; do start resume-rank$r "$r" "$port" "${train[@]}" "${resume[@]}"; done
@@ -116,7 +124,7 @@ if [ "${codes[*]}" != "0 0 0" ]; then
 fi
 grep -o "resumed from .*" "$work/resume-rank0.log" || fail "resume: no 'resumed from' line"
 for r in 0 1 2; do
-  cmp -s "$work/reference.step62.rank$r" "$work/kill.step62.rank$r" ||
+  cmp -s "$work/reference.step64.rank$r" "$work/kill.step64.rank$r" ||
     fail "rank $r: the resumed run's final checkpoint differs from the uninterrupted run's"
 done
 echo "1. killed by hand, resumed: final checkpoints of the 3 ranks identical to the reference: ok"
@@ -170,8 +178,14 @@ pids=()
 grep -q "mpirun noticed that process rank 1 .* exited on signal 9" "$work/mpi.log" ||
   fail "mpirun did not name rank 1"
 [ "$elapsed" -lt $((timeout_s * 1000)) ] || fail "mpirun ended $elapsed ms after the kill"
+# The other ranks' processes are gone too (bounded: they may take a moment to be reaped).
 for p in "${others[@]}"; do
-  ! kill -0 "$p" 2>/dev/null || fail "rank process $p outlived mpirun"
+  for _ in $(seq 1 200); do
+    state=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null || echo gone)
+    [ "$state" = gone ] || [ "$state" = Z ] && break
+    sleep 0.05
+  done
+  [ "$state" = gone ] || [ "$state" = Z ] || fail "rank process $p outlived mpirun by 10 s"
 done
 echo "3. killed under mpirun: mpirun exited $code after $elapsed ms: $(grep -o "mpirun noticed that process rank 1 .*" "$work/mpi.log")"
 "${mpi[@]}" "$dgc" "${train[@]}" --checkpoint "$work/mpi" --resume >"$work/mpi-resume.log" 2>&1 &
@@ -193,7 +207,7 @@ if [ "$code" != 0 ]; then
 fi
 grep -q "resumed from $work/mpi.step[0-9]*.rank0" "$work/mpi-resume.log" ||
   fail "mpirun --resume: no 'resumed from' line"
-[ -f "$work/mpi.step62.rank2" ] || fail "mpirun --resume: no final checkpoint"
+[ -f "$work/mpi.step64.rank2" ] || fail "mpirun --resume: no final checkpoint"
 echo "   resumed under mpirun: $(grep -o "resumed from .*" "$work/mpi-resume.log")"
 
 # 4. SIGSTOP under mpirun with Gloo: the survivors' errors name rank 1; mpirun ends the job.

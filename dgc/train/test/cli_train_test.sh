@@ -116,6 +116,8 @@ for r in 0 1; do
 done
 grep -q '"resumed_at_iteration":28' "$work/from60.jsonl" ||
   fail "the resumed epoch is not marked: $(cat "$work/from60.jsonl")"
+grep -q "^epoch 2 .*(resumed after iteration 28)$" "$work/from60.out" ||
+  fail "the resumed epoch's line is not marked: $(cat "$work/from60.out")"
 
 if "$dgc" train "${small[@]}" --checkpoint-every 5 >"$work/bad" 2>&1; then
   fail "--checkpoint-every without --checkpoint accepted"
