@@ -175,7 +175,7 @@ wait_exit "$job" 120
 elapsed=$(($(now_ms) - t0))
 pids=()
 [ "$code" != 0 ] || fail "mpirun exited 0 after a rank was killed"
-grep -q "mpirun noticed that process rank 1 .* exited on signal 9" "$work/mpi.log" ||
+grep -q "\(mpirun\|mpiexec\) noticed that process rank 1 .* exited on signal 9" "$work/mpi.log" ||
   fail "mpirun did not name rank 1"
 [ "$elapsed" -lt $((timeout_s * 1000)) ] || fail "mpirun ended $elapsed ms after the kill"
 # The other ranks' processes are gone too (bounded: they may take a moment to be reaped).
@@ -187,7 +187,7 @@ for p in "${others[@]}"; do
   done
   [ "$state" = gone ] || [ "$state" = Z ] || fail "rank process $p outlived mpirun by 10 s"
 done
-echo "3. killed under mpirun: mpirun exited $code after $elapsed ms: $(grep -o "mpirun noticed that process rank 1 .*" "$work/mpi.log")"
+echo "3. killed under mpirun: mpirun exited $code after $elapsed ms: $(grep -o "\(mpirun\|mpiexec\) noticed that process rank 1 .*" "$work/mpi.log")"
 "${mpi[@]}" "$dgc" "${train[@]}" --checkpoint "$work/mpi" --resume >"$work/mpi-resume.log" 2>&1 &
 job=$!
 pids+=("$job")
