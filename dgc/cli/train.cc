@@ -25,10 +25,10 @@
 #include "dgc/cli/commands.h"
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/data.h"
 #include "dgc/train/progress.h"
 #include "dgc/train/tasks/image.h"
-#include "dgc/train/checkpoint.h"
 #include "dgc/train/tasks/lm.h"
 #include "dgc/train/trainer.h"
 
@@ -241,18 +241,18 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
             cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         if (!info.resumed_from.empty()) {
-          const int64_t inside = info.start_iteration - static_cast<int64_t>(info.start_epoch) *
-                                                             info.iterations_per_epoch;
+          const int64_t inside = info.start_iteration -
+                                 static_cast<int64_t>(info.start_epoch) * info.iterations_per_epoch;
           if (inside > 0) {
-            std::printf("  resumed from %s: step %lld, inside epoch %d after %lld of its %lld "
-                        "iterations\n",
-                        info.resumed_from.c_str(), static_cast<long long>(info.start_iteration),
-                        info.start_epoch + 1, static_cast<long long>(inside),
-                        static_cast<long long>(info.iterations_per_epoch));
+            std::printf(
+                "  resumed from %s: step %lld, inside epoch %d after %lld of its %lld "
+                "iterations\n",
+                info.resumed_from.c_str(), static_cast<long long>(info.start_iteration),
+                info.start_epoch + 1, static_cast<long long>(inside),
+                static_cast<long long>(info.iterations_per_epoch));
           } else {
-            std::printf("  resumed from %s: step %lld, after epoch %d\n",
-                        info.resumed_from.c_str(), static_cast<long long>(info.start_iteration),
-                        info.start_epoch);
+            std::printf("  resumed from %s: step %lld, after epoch %d\n", info.resumed_from.c_str(),
+                        static_cast<long long>(info.start_iteration), info.start_epoch);
           }
         }
         std::fflush(stdout);

@@ -315,8 +315,7 @@ std::vector<int64_t> checkpoint_steps(const std::string& prefix, int rank) {
         name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
       continue;
     }
-    const std::string digits =
-        name.substr(head.size(), name.size() - head.size() - tail.size());
+    const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
     if (digits.size() > 18 ||
         !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       continue;

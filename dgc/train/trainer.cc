@@ -72,9 +72,9 @@ std::string per_rank_text(const std::vector<std::string>& values, const std::str
 }  // namespace
 
 struct Trainer::EpochProgress {
-  double loss_sum = 0.0;        // this rank's batch losses so far in the epoch
-  ExchangeBytes bytes_before;   // the run's byte counters when the epoch began
-  double train_seconds = 0.0;   // the epoch's training steps so far
+  double loss_sum = 0.0;       // this rank's batch losses so far in the epoch
+  ExchangeBytes bytes_before;  // the run's byte counters when the epoch began
+  double train_seconds = 0.0;  // the epoch's training steps so far
   double exchange_seconds = 0.0;
 };
 
@@ -176,8 +176,9 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
                               ": resume from it with --resume-step ", *it);
       }
     }
-    return std::string("no earlier step has a file of every rank: start a new run without "
-                       "--resume");
+    return std::string(
+        "no earlier step has a file of every rank: start a new run without "
+        "--resume");
   };
   int64_t step = options_.resume_step;
   if (step >= 0) {
@@ -186,11 +187,11 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
       if (!contains(steps[r], step)) missing += detail::concat(missing.empty() ? "" : ", ", r);
     }
     if (!missing.empty()) {
-      throw DataError(detail::concat(
-          "no checkpoint of step ", step, " for rank(s) ", missing, " (", pattern, "; steps found: ",
-          per_rank_text(listed, ""), "); ",
-          common.empty() ? std::string("no step has a file of every rank")
-                         : "steps every rank has: " + steps_text(common)));
+      throw DataError(detail::concat("no checkpoint of step ", step, " for rank(s) ", missing, " (",
+                                     pattern, "; steps found: ", per_rank_text(listed, ""), "); ",
+                                     common.empty()
+                                         ? std::string("no step has a file of every rank")
+                                         : "steps every rank has: " + steps_text(common)));
     }
   } else {
     std::string missing;
@@ -227,8 +228,8 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
   std::string error;
   std::unique_ptr<CheckpointFile> file;
   try {
-    file = std::make_unique<CheckpointFile>(
-        CheckpointFile::read(checkpoint_path(prefix, step, rank)));
+    file =
+        std::make_unique<CheckpointFile>(CheckpointFile::read(checkpoint_path(prefix, step, rank)));
   } catch (const DataError& e) {
     error = e.what();
   }
@@ -256,16 +257,19 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
   int64_t previous = -1;
   for (const int64_t s : readable) {
     bool everywhere = true;
-    for (const auto& theirs : all_readable) everywhere = everywhere && contains(parse_steps(theirs), s);
+    for (const auto& theirs : all_readable)
+      everywhere = everywhere && contains(parse_steps(theirs), s);
     if (everywhere) previous = std::max(previous, s);
   }
   std::string remedy;
   if (previous >= 0) {
-    remedy = detail::concat(
-        "The newest older checkpoint every rank can read is step ", previous, " (",
-        checkpoint_path(prefix, previous, 0), " ..", world > 1 ? " .rank" : "",
-        world > 1 ? std::to_string(world - 1) : std::string(), "): resume from it with "
-        "--resume-step ", previous, " (its first checkpoint deletes the later steps' files)");
+    remedy =
+        detail::concat("The newest older checkpoint every rank can read is step ", previous, " (",
+                       checkpoint_path(prefix, previous, 0), " ..", world > 1 ? " .rank" : "",
+                       world > 1 ? std::to_string(world - 1) : std::string(),
+                       "): resume from it with "
+                       "--resume-step ",
+                       previous, " (its first checkpoint deletes the later steps' files)");
   } else {
     remedy = "No older checkpoint every rank can read: start a new run without --resume";
   }

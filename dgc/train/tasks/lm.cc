@@ -200,7 +200,7 @@ class LmWorker : public TaskWorker {
   TrainOptions options_;
   int rank_;
   int world_;
-  mutable at::Generator generator_;  // mutable: reading its state takes its mutex
+  mutable at::Generator generator_;    // mutable: reading its state takes its mutex
   torch::Tensor train_;                // [rows, batch_size]
   std::array<torch::Tensor, 2> eval_;  // validation, test: [rows, batch_size]
   int64_t iterations_ = 0;

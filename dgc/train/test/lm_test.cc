@@ -185,8 +185,8 @@ TEST_F(KjvTask, ResumeEqualsTheUninterruptedRunBitForBit) {
           << "resumed at step " << step << ": parameter " << i;
     }
     const auto first = static_cast<size_t>(step / iterations);
-    EXPECT_EQ(resumed_losses, std::vector<double>(losses.begin() + static_cast<long>(first),
-                                                  losses.end()))
+    EXPECT_EQ(resumed_losses,
+              std::vector<double>(losses.begin() + static_cast<long>(first), losses.end()))
         << "resumed at step " << step;
   }
 }
@@ -248,7 +248,7 @@ OptimizerOptions clipping_options(Compression compression, double density, doubl
                                   double clip_norm) {
   OptimizerOptions options;
   options.compression = compression;
-  options.policy.min_numel = 16;  // every 2-D tensor compressed, the biases dense
+  options.policy.min_numel = 16;           // every 2-D tensor compressed, the biases dense
   options.dense_path = DensePath::kExact;  // the biases averaged exactly, as the reference does
   options.compressor.selection.method = SelectionMethod::kExact;
   options.compressor.momentum.momentum = momentum;
