@@ -291,7 +291,17 @@ void Trainer::save_checkpoint(int epochs_done, const EpochProgress* epoch_progre
   }
   const int64_t step = optimizer_->iteration();
   file.write(checkpoint_path(options_.checkpoint, step, comm_.rank()));
-  comm_.barrier(options_.optimizer.timeout);
+  // The barrier: every rank has written this step. An allgather of the step rather than
+  // Communicator::barrier, because the ring collective's errors name the rank that stalled or died
+  // (Gloo's barrier does not), and every rank checks that all wrote the same step.
+  const std::string mine = std::to_string(step);
+  const auto written = allgather_text(comm_, mine, options_.optimizer.timeout);
+  for (const auto& theirs : written) {
+    if (theirs != mine) {
+      throw MismatchError("the ranks wrote checkpoints of different steps (" +
+                          per_rank_text(written, "step ") + "): the ranks are out of step");
+    }
+  }
   // Every rank has written this step: older sets may go.
   remove_old_checkpoints(options_.checkpoint, comm_.rank(), step, options_.checkpoint_keep);
 }

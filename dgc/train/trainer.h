@@ -6,7 +6,7 @@
 // after which they were written: rank r writes `<checkpoint>.step<S>.rank<r>` (checkpoint.h)
 // atomically (temporary file, fsync, rename, directory fsync) after every epoch and, with
 // checkpoint_every = S > 0, after every step whose run-wide count is a multiple of S; then all
-// ranks meet in a barrier, and only then does each rank delete its files but the newest
+// ranks meet (an allgather of the step written, which names a lost rank), and only then does each rank delete its files but the newest
 // checkpoint_keep (so a complete older set exists while a newer one is being written). Each file
 // holds the model's parameters and buffers, the optimizer's momenta, the compressor's
 // momentum/velocity per tensor and its RNG state, the iteration, the number of finished epochs,
