@@ -25,6 +25,7 @@
 #include "dgc/cli/commands.h"
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/data.h"
 #include "dgc/train/progress.h"
 #include "dgc/train/tasks/image.h"
@@ -109,6 +110,7 @@ void check_task_flags(const TrainCommand& cmd, const CLI::App& sub) {
 nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compression, int workers) {
   nlohmann::json json = {{"epoch", m.epoch}, {"train_loss", m.train_loss}};
   for (const auto& metric : m.evaluation) json[metric.name] = metric.value;
+  if (m.resumed_at > 0) json["resumed_at_iteration"] = m.resumed_at;
   json.update({{"lr", m.lr},
                {"density", m.density},
                {"iterations", m.iterations},
@@ -151,8 +153,13 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
   opt.timeout = comm::Timeout(static_cast<int64_t>(cmd.timeout_seconds * 1000));
+  if (sub.count("--resume-step") > 0) options.resume = true;
   if (options.resume && options.checkpoint.empty()) {
     throw InvalidArgument("--resume needs --checkpoint PATH (the prefix the run wrote)");
+  }
+  if (options.checkpoint.empty() &&
+      (sub.count("--checkpoint-every") > 0 || sub.count("--checkpoint-keep") > 0)) {
+    throw InvalidArgument("--checkpoint-every and --checkpoint-keep need --checkpoint PATH");
   }
 
   // How to connect: the same rules and messages as every dgc command (comm::connect).
@@ -233,9 +240,20 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
             "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
             cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
-        if (info.start_epoch > 0) {
-          std::printf("  resumed from %s after epoch %d\n",
-                      train::checkpoint_path(options.checkpoint, 0).c_str(), info.start_epoch);
+        if (!info.resumed_from.empty()) {
+          const int64_t inside = info.start_iteration -
+                                 static_cast<int64_t>(info.start_epoch) * info.iterations_per_epoch;
+          if (inside > 0) {
+            std::printf(
+                "  resumed from %s: step %lld, inside epoch %d after %lld of its %lld "
+                "iterations\n",
+                info.resumed_from.c_str(), static_cast<long long>(info.start_iteration),
+                info.start_epoch + 1, static_cast<long long>(inside),
+                static_cast<long long>(info.iterations_per_epoch));
+          } else {
+            std::printf("  resumed from %s: step %lld, after epoch %d\n", info.resumed_from.c_str(),
+                        static_cast<long long>(info.start_iteration), info.start_epoch);
+          }
         }
         std::fflush(stdout);
       };
@@ -292,8 +310,12 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
           format_bytes(static_cast<double>(s.total.dense_wire_sent)).c_str());
       std::printf("  wall time: %s\n", format_duration(s.seconds).c_str());
       if (!options.checkpoint.empty()) {
-        std::printf("  checkpoints: %s.rank0 .. .rank%d\n", options.checkpoint.c_str(),
-                    s.world_size - 1);
+        const auto steps = train::checkpoint_steps(options.checkpoint, 0);
+        if (!steps.empty()) {
+          std::printf("  last checkpoint: %s .. .rank%d (%zu kept per rank)\n",
+                      train::checkpoint_path(options.checkpoint, steps.back(), 0).c_str(),
+                      s.world_size - 1, steps.size());
+        }
       }
       std::fflush(stdout);
     } catch (...) {
@@ -466,8 +488,26 @@ void add_train(CLI::App& app) {
   sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")
       ->capture_default_str();
   sub->add_option("--checkpoint", o.checkpoint,
-                  "Checkpoint path prefix: each rank writes PATH.rank<r> after every epoch");
-  sub->add_flag("--resume", o.resume, "Continue the run saved at --checkpoint");
+                  "Checkpoint path prefix: each rank r writes PATH.step<S>.rank<r> after step S "
+                  "at every epoch's end (and every --checkpoint-every steps), atomically, with a "
+                  "checksum");
+  sub->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Also checkpoint inside epochs, after every S-th step of the run (0: at epoch "
+                  "ends only); a resume continues from that step, bit for bit")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--checkpoint-keep", o.checkpoint_keep,
+                  "Checkpoints kept per rank: the newest K steps' files (0: all); older ones are "
+                  "deleted once every rank has written a newer one")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_flag("--resume", o.resume,
+                "Continue from the newest checkpoint every rank has at --checkpoint (refused, "
+                "naming the previous good step, when it cannot be read)");
+  sub->add_option("--resume-step", o.resume_step,
+                  "Continue from the checkpoint of step S (implies --resume), e.g. the previous "
+                  "good one when the newest is damaged")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option(
       "--metrics", cmd->metrics,
       "Write one JSON object per epoch to this file (JSON lines; appended on --resume)");

@@ -1,13 +1,15 @@
 #include "dgc/train/checkpoint.h"
-#include "dgc/exchange/exchange.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -179,6 +181,17 @@ void CheckpointFile::write(const std::string& path) const {
     ::unlink(temporary.c_str());
     throw DataError("cannot rename " + temporary + " to " + path + ": " + why);
   }
+  // The rename is durable once the directory entry is on disk.
+  std::string directory = std::filesystem::path(path).parent_path().string();
+  if (directory.empty()) directory = ".";
+  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+    const std::string why = errno_text();
+    if (dir_fd >= 0) ::close(dir_fd);
+    throw DataError("cannot flush directory " + directory + " after writing checkpoint " + path +
+                    ": " + why);
+  }
+  ::close(dir_fd);
 }
 
 CheckpointFile CheckpointFile::read(const std::string& path) {
@@ -196,7 +209,7 @@ CheckpointFile CheckpointFile::read(const std::string& path) {
   const auto body = all.first(all.size() - 4);
   Reader tail(path, all.last(4));
   if (tail.take<uint32_t>() != crc_of(body)) {
-    throw DataError("checkpoint " + path + " is corrupt (checksum mismatch)");
+    throw DataError("checkpoint " + path + " is truncated or corrupt (checksum mismatch)");
   }
   Reader reader(path, body.subspan(sizeof(kMagic)));
   const uint32_t version = reader.take<uint32_t>();
@@ -230,6 +243,109 @@ CheckpointFile CheckpointFile::read(const std::string& path) {
                                    " unexpected bytes after its records"));
   }
   return file;
+}
+
+std::string bytes_text(const ExchangeBytes& b) {
+  std::ostringstream out;
+  out << b.message << " " << b.dense_gradient << " " << b.wire_sent << " " << b.wire_received << " "
+      << b.dense_wire_sent << " " << b.message_compressed << " " << b.message_dense_path << " "
+      << b.message_headers;
+  return out.str();
+}
+
+ExchangeBytes read_bytes(const CheckpointFile& file, const std::string& name) {
+  std::istringstream in(file.text(name));
+  ExchangeBytes b;
+  if (!(in >> b.message >> b.dense_gradient >> b.wire_sent >> b.wire_received >>
+        b.dense_wire_sent >> b.message_compressed >> b.message_dense_path >> b.message_headers)) {
+    throw DataError("checkpoint " + file.path() + ": record '" + name + "' is malformed");
+  }
+  return b;
+}
+
+int64_t read_int(const CheckpointFile& file, const std::string& name) {
+  const std::string text = file.text(name);
+  try {
+    size_t used = 0;
+    const int64_t value = std::stoll(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  throw DataError("checkpoint " + file.path() + ": record '" + name + "' is not an integer: '" +
+                  text + "'");
+}
+
+double read_double(const CheckpointFile& file, const std::string& name) {
+  const std::string text = file.text(name);
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE) {
+    throw DataError("checkpoint " + file.path() + ": record '" + name + "' is not a number: '" +
+                    text + "'");
+  }
+  return value;
+}
+
+std::string double_text(double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "%a", value);  // hexadecimal: exact
+  return text;
+}
+
+std::string checkpoint_path(const std::string& prefix, int64_t step, int rank) {
+  return prefix + ".step" + std::to_string(step) + ".rank" + std::to_string(rank);
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& prefix, int rank) {
+  namespace fs = std::filesystem;
+  const fs::path prefix_path(prefix);
+  fs::path directory = prefix_path.parent_path();
+  if (directory.empty()) directory = ".";
+  const std::string head = prefix_path.filename().string() + ".step";
+  const std::string tail = ".rank" + std::to_string(rank);
+  std::vector<int64_t> steps;
+  std::error_code error;
+  fs::directory_iterator it(directory, error);
+  if (error) return steps;
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    if (error) break;
+    const std::string name = it->path().filename().string();
+    if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+        name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
+      continue;
+    }
+    const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+    if (digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    steps.push_back(std::stoll(digits));
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+std::vector<int64_t> remove_old_checkpoints(const std::string& prefix, int rank, int64_t written,
+                                            int keep) {
+  DGC_CHECK_GE(keep, 0, "checkpoints to keep");
+  std::vector<int64_t> doomed;
+  std::vector<int64_t> kept;
+  for (const int64_t step : checkpoint_steps(prefix, rank)) {
+    (step > written ? doomed : kept).push_back(step);
+  }
+  if (keep > 0 && kept.size() > static_cast<size_t>(keep)) {
+    doomed.insert(doomed.end(), kept.begin(), kept.end() - keep);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  for (const int64_t step : doomed) {
+    const std::string path = checkpoint_path(prefix, step, rank);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      throw DataError("cannot remove the old checkpoint " + path + ": " + errno_text());
+    }
+  }
+  return doomed;
 }
 
 std::string describe_settings_difference(const std::string& stored, const std::string& current) {

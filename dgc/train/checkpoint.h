@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "dgc/exchange/exchange.h"
+
 namespace dgc::train {
 
 inline constexpr uint32_t kCheckpointVersion = 1;
@@ -40,8 +42,9 @@ class CheckpointFile {
   void get_floats(const std::string& name, std::span<float> out) const;
   const std::map<std::string, CheckpointRecord>& records() const { return records_; }
 
-  // Writes to `path` atomically: a temporary file next to it, flushed and fsync'ed, then renamed
-  // over `path`. Throws dgc::DataError on any I/O failure (the old file is left as it was).
+  // Writes to `path` atomically: a temporary file next to it ("<path>.tmp"), flushed and
+  // fsync'ed, renamed over `path`, then the directory fsync'ed so that the rename survives a
+  // power loss. Throws dgc::DataError on any I/O failure (the old file is left as it was).
   void write(const std::string& path) const;
   // Reads and validates magic, version, checksum and every length. Throws dgc::DataError.
   static CheckpointFile read(const std::string& path);
@@ -53,6 +56,29 @@ class CheckpointFile {
   std::map<std::string, CheckpointRecord> records_;
   std::string path_;
 };
+
+// Records of one number: byte counters (ExchangeBytes) and integers as text, doubles as exact
+// hexadecimal text ("%a"). The readers throw dgc::DataError naming the file and the record when it
+// is missing or malformed.
+std::string bytes_text(const ExchangeBytes& bytes);
+ExchangeBytes read_bytes(const CheckpointFile& file, const std::string& name);
+int64_t read_int(const CheckpointFile& file, const std::string& name);
+std::string double_text(double value);
+double read_double(const CheckpointFile& file, const std::string& name);
+
+// A training run's checkpoints are sets of per-rank files named by the step (the optimizer
+// iteration) after which they were written: "<prefix>.step<step>.rank<rank>". The prefix may hold
+// a directory ("runs/a/ckpt"); the files lie in that directory.
+std::string checkpoint_path(const std::string& prefix, int64_t step, int rank);
+// The steps of this rank's checkpoint files under `prefix` that exist now, ascending (only names
+// of exactly that form count; temporary files do not). Empty when the directory is missing.
+std::vector<int64_t> checkpoint_steps(const std::string& prefix, int rank);
+// After this rank wrote the checkpoint of step `written` (and every rank did): deletes this
+// rank's files of steps after `written` (left by a run this one was resumed from, at an earlier
+// step) and all but the newest `keep` files up to `written` (keep 0: none of those). Returns the
+// steps deleted. Throws dgc::DataError when a file cannot be removed.
+std::vector<int64_t> remove_old_checkpoints(const std::string& prefix, int rank, int64_t written,
+                                            int keep);
 
 // "KEY=VALUE" lines of two settings texts: the first line that differs, described for a message
 // ("key 'density' is 0.001 in the checkpoint but 0.01 now"), or "" when they are equal.

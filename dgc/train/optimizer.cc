@@ -19,36 +19,6 @@ std::span<float> float_span(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
 
-std::string bytes_text(const ExchangeBytes& b) {
-  std::ostringstream out;
-  out << b.message << " " << b.dense_gradient << " " << b.wire_sent << " " << b.wire_received << " "
-      << b.dense_wire_sent << " " << b.message_compressed << " " << b.message_dense_path << " "
-      << b.message_headers;
-  return out.str();
-}
-
-ExchangeBytes parse_bytes(const CheckpointFile& file, const std::string& name) {
-  std::istringstream in(file.text(name));
-  ExchangeBytes b;
-  if (!(in >> b.message >> b.dense_gradient >> b.wire_sent >> b.wire_received >>
-        b.dense_wire_sent >> b.message_compressed >> b.message_dense_path >> b.message_headers)) {
-    throw DataError("checkpoint " + file.path() + ": record '" + name + "' is malformed");
-  }
-  return b;
-}
-
-int64_t parse_int(const CheckpointFile& file, const std::string& name) {
-  const std::string text = file.text(name);
-  try {
-    size_t used = 0;
-    const int64_t value = std::stoll(text, &used);
-    if (used == text.size()) return value;
-  } catch (const std::exception&) {
-  }
-  throw DataError("checkpoint " + file.path() + ": record '" + name + "' is not an integer: '" +
-                  text + "'");
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> DistributedOptimizer::named_shapes(
@@ -202,13 +172,13 @@ void DistributedOptimizer::save(CheckpointFile& file) const {
 
 void DistributedOptimizer::load(const CheckpointFile& file) {
   const std::string& path = file.path();
-  const int64_t world = parse_int(file, "optimizer/world_size");
+  const int64_t world = read_int(file, "optimizer/world_size");
   if (world != comm_.size()) {
     throw DataError(detail::concat("checkpoint ", path, " was written by a run with ", world,
                                    " workers, this run has ", comm_.size(),
                                    ": resume with the same number of workers"));
   }
-  const int64_t rank = parse_int(file, "optimizer/rank");
+  const int64_t rank = read_int(file, "optimizer/rank");
   if (rank != comm_.rank()) {
     throw DataError(detail::concat("checkpoint ", path, " belongs to rank ", rank, ", not to rank ",
                                    comm_.rank()));
@@ -243,9 +213,9 @@ void DistributedOptimizer::load(const CheckpointFile& file) {
       throw DataError("checkpoint " + path + ": record 'dgc/rng' is malformed");
     }
   }
-  step_.set_iteration(parse_int(file, "optimizer/iteration"));
-  step_.set_bytes(parse_bytes(file, "optimizer/bytes_total"),
-                  parse_bytes(file, "optimizer/bytes_post_warmup"));
+  step_.set_iteration(read_int(file, "optimizer/iteration"));
+  step_.set_bytes(read_bytes(file, "optimizer/bytes_total"),
+                  read_bytes(file, "optimizer/bytes_post_warmup"));
 }
 
 }  // namespace dgc::train

@@ -85,13 +85,15 @@ void ProgressPrinter::epoch(const EpochMetrics& m) {
   break_line();
   std::string evaluation;
   for (const auto& metric : m.evaluation) evaluation += metric.text + "  ";
+  const std::string resumed =
+      m.resumed_at > 0 ? "  (resumed after iteration " + std::to_string(m.resumed_at) + ")" : "";
   std::fprintf(out_,
                "epoch %d  train loss %.4f  %slr %.4g  "
-               "density %.4g  sent %s (dense %s, ratio %.1fx)  %s\n",
+               "density %.4g  sent %s (dense %s, ratio %.1fx)  %s%s\n",
                m.epoch, m.train_loss, evaluation.c_str(), m.lr, m.density,
                format_bytes(static_cast<double>(m.bytes.message)).c_str(),
                format_bytes(static_cast<double>(m.bytes.dense_gradient)).c_str(),
-               m.compression_ratio, format_duration(m.seconds).c_str());
+               m.compression_ratio, format_duration(m.seconds).c_str(), resumed.c_str());
   std::fflush(out_);
 }
 

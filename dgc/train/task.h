@@ -23,6 +23,7 @@
 namespace dgc::train {
 
 struct TrainOptions;
+class CheckpointFile;
 
 // One evaluation result: `name` is its key in the metrics file ("test_accuracy"), `text` how a
 // person reads it ("test accuracy 91.20%").
@@ -56,6 +57,16 @@ class TaskWorker {
   // The forward pass of iteration `iteration` (0-based, < iterations_per_epoch()) of the current
   // epoch, in training mode.
   virtual BatchLoss train_batch(int64_t iteration) = 0;
+  // What train_batch carries from one iteration to the next inside an epoch beyond what
+  // begin_epoch sets up (the lm task: the LSTM state of truncated BPTT and the dropout
+  // generator), as records named "task/..." of this rank's checkpoint. save_state is called
+  // after a step in the middle of an epoch; load_state after begin_epoch(epoch) when a run
+  // resumes in the middle of that epoch, and must then make the following train_batch calls
+  // those of the run that was not interrupted. Throws dgc::DataError naming the file when a
+  // record is missing or does not fit. A task whose batches depend on (seed, rank, epoch,
+  // iteration) alone (the image task) keeps the defaults, which store nothing.
+  virtual void save_state(CheckpointFile& file) const { (void)file; }
+  virtual void load_state(const CheckpointFile& file) { (void)file; }
   // Collective: evaluates the current model (in evaluation mode, back to training mode after);
   // every rank returns the same metrics, in display order.
   virtual std::vector<Metric> evaluate(comm::Communicator& comm, comm::Timeout timeout) = 0;

@@ -2,15 +2,26 @@
 // with the distributed optimizer, per-epoch evaluation, per-rank checkpoints and resume. The
 // trainer does not know which task runs: the task supplies data, model, loss and metrics.
 //
-// Checkpoints are per rank (each rank's DGC velocity and momentum differ): after every epoch
-// rank r writes `<checkpoint>.rank<r>` atomically (temporary file, fsync, rename), then all
-// ranks meet in a barrier. Each file holds the model's parameters and buffers, the optimizer's
-// momenta, the compressor's momentum/velocity per tensor and its RNG state, the iteration, the
-// number of finished epochs, the byte counters and the run's settings. The data order needs no
-// stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h). --resume
-// reads every rank's file, rejects a file of another model, world size or settings, checks that all
-// ranks are at the same iteration, and continues with the next epoch; the result is bit for bit the
-// run that was not interrupted.
+// Checkpoints are per rank (each rank's DGC velocity and momentum differ) and named by the step
+// after which they were written: rank r writes `<checkpoint>.step<S>.rank<r>` (checkpoint.h)
+// atomically (temporary file, fsync, rename, directory fsync) after every epoch and, with
+// checkpoint_every = S > 0, after every step whose run-wide count is a multiple of S; then all
+// ranks meet (an allgather of the step written, which names a lost rank), and only then does each rank delete its files but the newest
+// checkpoint_keep (so a complete older set exists while a newer one is being written). Each file
+// holds the model's parameters and buffers, the optimizer's momenta, the compressor's
+// momentum/velocity per tensor and its RNG state, the iteration, the number of finished epochs,
+// the byte counters and the run's settings; a file written inside an epoch also holds the
+// epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's start, the
+// training and exchange seconds so far) and the task's carried state (TaskWorker::save_state: the
+// lm task's LSTM state and dropout generator). The data order needs no stored state: a task's
+// state per epoch is a function of (seed, rank, epoch) (task.h).
+//
+// --resume picks the newest step every rank has a file of (or resume_step), reads every rank's
+// file, rejects a file of another model, world size or settings, checks that all ranks are at
+// the same iteration, and continues with the next step, inside an epoch too; the result is bit
+// for bit the run that was not interrupted. A newest checkpoint that cannot be read (truncated,
+// corrupt) is refused on every rank with a message naming the newest older step every rank can
+// read and how to resume from it; so are ranks whose newest checkpoints are from different steps.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +32,7 @@
 
 #include "dgc/comm/communicator.h"
 #include "dgc/exchange/exchange.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/options.h"
 #include "dgc/train/task.h"
 
@@ -43,9 +55,18 @@ struct TrainOptions {
   int warmup_stages = 4;
   // Intra-op threads of libtorch for this worker (at::set_num_threads). 0: leave as is.
   int threads = 0;
-  // Per-rank checkpoint path prefix ("" = none) and whether to resume from it.
+  // Per-rank checkpoint path prefix ("" = none): files "<checkpoint>.step<S>.rank<r>", written
+  // after every epoch and, when checkpoint_every > 0, after every checkpoint_every-th step of the
+  // run (counted from the first step of the run, resumes included) inside an epoch. A setting
+  // every rank must share (it is in the run's settings).
   std::string checkpoint;
+  int64_t checkpoint_every = 0;
+  // Checkpoints kept per rank: the newest checkpoint_keep steps' files (0: all).
+  int checkpoint_keep = 2;
+  // Resume from the newest step every rank has a checkpoint of, or, with resume_step >= 0, from
+  // that step.
   bool resume = false;
+  int64_t resume_step = -1;
   // Use only the first N training / test examples (0 = all): quick runs and tests. What an
   // example is belongs to the task (an image; a verse of the lm task, whose test_examples limits
   // the validation and the test verses).
@@ -64,7 +85,9 @@ struct RunInfo {
   int64_t iterations_per_epoch = 0;
   int64_t warmup_iterations = 0;
   int64_t warmup_stage_iterations = 0;  // 0: one stage per epoch
-  int start_epoch = 0;                  // > 0 when resumed
+  int start_epoch = 0;                  // > 0 when resumed after the first epoch
+  int64_t start_iteration = 0;          // the run's steps done before this call (> 0: resumed)
+  std::string resumed_from;             // rank 0's checkpoint file when resumed, else ""
 };
 
 // Reported on rank 0 after every step.
@@ -87,6 +110,12 @@ struct EpochMetrics {
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch
   int64_t iterations = 0;          // steps in this epoch
+  // > 0: the run resumed inside this epoch from a checkpoint written after this many of its
+  // steps. train_loss, lr, density and bytes are still the whole epoch's (the checkpoint carries
+  // the partial sums); train_seconds and exchange_seconds are the time before the checkpoint plus
+  // the time after the resume (what was lost in between is not counted); seconds counts from the
+  // resume.
+  int64_t resumed_at = 0;
   ExchangeBytes bytes;             // this worker, this epoch
   double compression_ratio = 0.0;  // bytes.dense_gradient / bytes.message
   double seconds = 0.0;            // training and evaluation of this epoch
@@ -128,12 +157,20 @@ class Trainer {
   // Collective: the task's metrics of the current model.
   std::vector<Metric> evaluate();
 
+  // Where the run starts: the epoch (0-based) and the run's steps already done (0 unless resumed).
   int start_epoch() const { return start_epoch_; }
+  int64_t start_iteration() const { return start_iteration_; }
   torch::nn::Module& model() { return worker_->model(); }
   DistributedOptimizer& optimizer() { return *optimizer_; }
 
  private:
-  void save_checkpoint(int epochs_done);
+  struct EpochProgress;
+  // Collective. Writes this rank's checkpoint after the current step (epoch_progress: inside an
+  // epoch; null at an epoch's end), then the barrier, then deletes old files (checkpoint_keep).
+  void save_checkpoint(int epochs_done, const EpochProgress* epoch_progress);
+  // Collective. Chooses the step to resume from (stored in *step) and reads this rank's file (see
+  // the file comment).
+  CheckpointFile read_resume_checkpoint(int64_t* step);
 
   comm::Communicator& comm_;
   TrainOptions options_;
@@ -141,9 +178,12 @@ class Trainer {
   std::unique_ptr<TaskWorker> worker_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   int start_epoch_ = 0;
+  int64_t start_iteration_ = 0;
+  std::string resumed_from_;
+  // Resumed inside an epoch: the file (for the task's state) and the epoch's sums, until run()
+  // has restored the epoch from them.
+  std::unique_ptr<CheckpointFile> resume_file_;
+  std::unique_ptr<EpochProgress> resume_progress_;
 };
-
-// "<prefix>.rank<r>": the checkpoint file of one rank.
-std::string checkpoint_path(const std::string& prefix, int rank);
 
 }  // namespace dgc::train

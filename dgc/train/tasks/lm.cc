@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include <torch/torch.h>
 
 #include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/trainer.h"
 
 namespace dgc::train {
@@ -110,6 +113,56 @@ class LmWorker : public TaskWorker {
     return {torch::nn::functional::cross_entropy(logits, target), target.numel()};
   }
 
+  // Mid-epoch state: the carried LSTM state (h, c of both layers) and the dropout generator.
+  void save_state(CheckpointFile& file) const override {
+    for (size_t layer = 0; layer < state_.size(); ++layer) {
+      for (size_t part = 0; part < 2; ++part) {
+        const auto t = state_[layer][part].detach().contiguous();
+        file.put_array(state_record(layer, part), "float32", t.sizes().vec(), t.data_ptr(),
+                       t.nbytes());
+      }
+    }
+    at::Tensor generator_state;
+    {
+      std::lock_guard<std::mutex> lock(generator_.mutex());
+      generator_state = generator_.get_state();
+    }
+    file.put_array("task/dropout_generator", "uint8", generator_state.sizes().vec(),
+                   generator_state.data_ptr(), generator_state.nbytes());
+  }
+
+  void load_state(const CheckpointFile& file) override {
+    for (size_t layer = 0; layer < state_.size(); ++layer) {
+      for (size_t part = 0; part < 2; ++part) {
+        const std::string name = state_record(layer, part);
+        auto& t = state_[layer][part];
+        const auto& record = file.get(name);
+        if (record.dtype != "float32" || record.shape != t.sizes().vec() ||
+            record.data.size() != t.nbytes()) {
+          throw DataError("checkpoint " + file.path() + ": record '" + name +
+                          "' does not fit the LSTM state of this run");
+        }
+        t = torch::empty(t.sizes(), torch::kFloat32);
+        std::memcpy(t.data_ptr(), record.data.data(), t.nbytes());
+      }
+    }
+    const auto& record = file.get("task/dropout_generator");
+    const auto bytes = static_cast<int64_t>(record.data.size());
+    if (record.dtype != "uint8" || record.shape != std::vector<int64_t>{bytes}) {
+      throw DataError("checkpoint " + file.path() +
+                      ": record 'task/dropout_generator' is not a generator state");
+    }
+    auto state = torch::empty({bytes}, torch::kUInt8);
+    std::memcpy(state.data_ptr(), record.data.data(), record.data.size());
+    try {
+      std::lock_guard<std::mutex> lock(generator_.mutex());
+      generator_.set_state(state);
+    } catch (const c10::Error&) {
+      throw DataError("checkpoint " + file.path() +
+                      ": record 'task/dropout_generator' is not a generator state");
+    }
+  }
+
   std::vector<Metric> evaluate(comm::Communicator& comm, comm::Timeout timeout) override {
     torch::NoGradGuard no_grad;
     model_->eval();
@@ -139,11 +192,15 @@ class LmWorker : public TaskWorker {
   }
 
  private:
+  static std::string state_record(size_t layer, size_t part) {
+    return detail::concat("task/lstm_state/layer", layer + 1, part == 0 ? "/h" : "/c");
+  }
+
   const LmTask& task_;
   TrainOptions options_;
   int rank_;
   int world_;
-  at::Generator generator_;
+  mutable at::Generator generator_;    // mutable: reading its state takes its mutex
   torch::Tensor train_;                // [rows, batch_size]
   std::array<torch::Tensor, 2> eval_;  // validation, test: [rows, batch_size]
   int64_t iterations_ = 0;

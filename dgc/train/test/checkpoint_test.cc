@@ -81,6 +81,55 @@ TEST(Checkpoint, RejectsCorruptTruncatedAndForeignFiles) {
   }
 }
 
+// Step-named files: the listing sees only this rank's "<prefix>.step<S>.rank<r>" files; removal
+// keeps the newest K up to the step just written and deletes the steps after it.
+TEST(Checkpoint, ListsKeepsTheNewestAndDeletesLaterSteps) {
+  const auto dir = fs::path(temp_file("steps"));
+  fs::create_directories(dir);
+  const std::string prefix = (dir / "run").string();
+  EXPECT_EQ(checkpoint_path(prefix, 40, 1), prefix + ".step40.rank1");
+  EXPECT_TRUE(checkpoint_steps((dir / "missing" / "run").string(), 0).empty());
+  for (const int64_t step : {5, 10, 40, 100, 7}) {
+    sample().write(checkpoint_path(prefix, step, 0));
+    sample().write(checkpoint_path(prefix, step, 1));
+  }
+  for (const char* other : {"run.step7.rank0.tmp", "run.stepab.rank0", "run.step.rank0",
+                            "run.step3.rank01", "runx.step3.rank0", "run.step3.rank10"}) {
+    std::ofstream(dir / other) << "x";
+  }
+  EXPECT_EQ(checkpoint_steps(prefix, 0), (std::vector<int64_t>{5, 7, 10, 40, 100}));
+  // Written 40, keep 2: 100 is from an abandoned later branch, 5 and 7 are old.
+  EXPECT_EQ(remove_old_checkpoints(prefix, 0, 40, 2), (std::vector<int64_t>{5, 7, 100}));
+  EXPECT_EQ(checkpoint_steps(prefix, 0), (std::vector<int64_t>{10, 40}));
+  EXPECT_EQ(checkpoint_steps(prefix, 1), (std::vector<int64_t>{5, 7, 10, 40, 100}));
+  // keep 0 keeps every step up to the one written.
+  EXPECT_EQ(remove_old_checkpoints(prefix, 1, 40, 0), (std::vector<int64_t>{100}));
+  EXPECT_EQ(checkpoint_steps(prefix, 1), (std::vector<int64_t>{5, 7, 10, 40}));
+  EXPECT_TRUE(fs::exists(dir / "run.step7.rank0.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, NumberRecordsRoundTripExactly) {
+  CheckpointFile file;
+  const double third = 1.0 / 3.0;
+  file.put_text("a", double_text(third));
+  file.put_text("b", double_text(-1e-310));
+  file.put_text("bad", "1.5x");
+  ExchangeBytes bytes;
+  bytes.message = 7;
+  bytes.wire_sent = uint64_t{1} << 40;
+  bytes.message_headers = 3;
+  file.put_text("bytes", bytes_text(bytes));
+  EXPECT_EQ(read_double(file, "a"), third);
+  EXPECT_EQ(read_double(file, "b"), -1e-310);
+  EXPECT_THROW(read_double(file, "bad"), DataError);
+  EXPECT_THROW(read_int(file, "bad"), DataError);
+  const ExchangeBytes back = read_bytes(file, "bytes");
+  EXPECT_EQ(back.message, 7u);
+  EXPECT_EQ(back.wire_sent, uint64_t{1} << 40);
+  EXPECT_EQ(back.message_headers, 3u);
+}
+
 TEST(Checkpoint, DescribesTheFirstDifferentSetting) {
   EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=2\n"), "");
   EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=3\n"),

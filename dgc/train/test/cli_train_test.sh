@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `dgc train` end to end on a slice of the real data: --help, the metrics file, the summary,
-# checkpoint + resume through the command line, and the errors a user meets first.
+# checkpoint + resume through the command line, checkpoints inside epochs (--checkpoint-every,
+# --checkpoint-keep), a run killed (SIGKILL) mid-epoch and resumed to the same final checkpoint
+# bytes as the uninterrupted run, a damaged newest checkpoint refused naming the previous one and
+# --resume-step resuming from it, and the errors a user meets first.
 # Usage: cli_train_test.sh DGC_BINARY
 set -euo pipefail
 dgc=$1
@@ -11,7 +14,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$dgc" train --help >"$work/help" || fail "--help exited non-zero"
 for flag in --density --warmup-epochs --warmup-stages --momentum --nesterov --weight-decay \
   --clip-norm --lr --lr-warmup-epochs --batch-size --workers --backend --compression --epochs \
-  --seed --checkpoint --resume --metrics --model --data --min-compress-numel; do
+  --seed --checkpoint --checkpoint-every --checkpoint-keep --resume --resume-step --metrics \
+  --model --data --min-compress-numel; do
   grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
 done
 
@@ -25,7 +29,10 @@ for key in epoch train_loss test_accuracy bytes_sent dense_bytes compression_rat
 done
 grep -q "^result: test accuracy" "$work/out" || fail "no summary: $(cat "$work/out")"
 grep -q "compression ratio: .*x whole run, .*x after warm-up" "$work/out" || fail "no ratio line"
-[ -f "$work/ckpt.rank0" ] && [ -f "$work/ckpt.rank1" ] || fail "checkpoint files missing"
+# 2 workers x 16 of 1024 examples: 32 steps per epoch, checkpoints after steps 32 and 64.
+for f in ckpt.step32.rank0 ckpt.step32.rank1 ckpt.step64.rank0 ckpt.step64.rank1; do
+  [ -f "$work/$f" ] || fail "checkpoint file $f missing: $(ls "$work")"
+done
 
 # Resuming a finished run evaluates the same model again.
 "$dgc" train "${small[@]}" --epochs 2 --checkpoint "$work/ckpt" --resume >"$work/resumed" ||
@@ -40,6 +47,83 @@ if "$dgc" train "${small[@]}" --epochs 2 --lr 0.05 --checkpoint "$work/ckpt" --r
   fail "resume with another --lr succeeded"
 fi
 grep -q "setting 'lr' is 0.1 in the checkpoint but 0.05 now" "$work/bad" || fail "$(cat "$work/bad")"
+
+# Checkpoints inside epochs: every 10 steps, the newest 3 kept. The uninterrupted run first.
+every=(--epochs 2 --checkpoint-every 10 --checkpoint-keep 3)
+"$dgc" train "${small[@]}" "${every[@]}" --checkpoint "$work/whole" >"$work/whole.out" ||
+  fail "training with --checkpoint-every failed: $(cat "$work/whole.out")"
+kept=$(cd "$work" && ls whole.step*.rank0 | sed 's/^whole.step\([0-9]*\).rank0$/\1/' | sort -n |
+  tr '\n' ' ')
+[ "$kept" = "50 60 64 " ] ||
+  fail "expected the newest 3 steps (50 60 64) kept, found: $kept"
+grep -q "last checkpoint: $work/whole.step64.rank0 .. .rank1 (3 kept per rank)" "$work/whole.out" ||
+  fail "no checkpoint line in the summary: $(tail -3 "$work/whole.out")"
+
+# resume_run NAME ARGS...: --resume; when the ranks' newest steps differ (killed while writing),
+# the message names the step to pass, and the run resumes from it with --resume-step.
+resume_run() {
+  local name=$1
+  shift
+  if "$dgc" train "$@" --resume >"$work/$name.out" 2>&1; then return 0; fi
+  local step
+  step=$(grep -o "newest checkpoints are from different steps.*--resume-step [0-9]*" \
+    "$work/$name.out" | grep -o "[0-9]*$") || fail "$name: resume failed: $(cat "$work/$name.out")"
+  "$dgc" train "$@" --resume-step "$step" >"$work/$name.out" 2>&1 ||
+    fail "$name: resume from step $step failed: $(cat "$work/$name.out")"
+}
+
+# The same run killed (SIGKILL, the whole process) inside epoch 2, once step 40's files exist,
+# then resumed: the final checkpoint files equal the uninterrupted run's byte for byte.
+"$dgc" train "${small[@]}" "${every[@]}" --checkpoint "$work/killed" >"$work/killed.out" 2>&1 &
+victim=$!
+for _ in $(seq 1 1200); do
+  [ -f "$work/killed.step40.rank1" ] && break
+  kill -0 "$victim" 2>/dev/null || break
+  sleep 0.05
+done
+kill -KILL "$victim" 2>/dev/null || true
+wait "$victim" 2>/dev/null || true
+[ -f "$work/killed.step40.rank1" ] || fail "the run never reached step 40: $(cat "$work/killed.out")"
+[ ! -f "$work/killed.step64.rank0" ] || fail "the run finished before it was killed: no resume test"
+resume_run resumed "${small[@]}" "${every[@]}" --checkpoint "$work/killed"
+grep -q "resumed from $work/killed.step[0-9]*.rank0: step [0-9]*, inside epoch 2 after" \
+  "$work/resumed.out" || fail "not resumed inside epoch 2: $(head -8 "$work/resumed.out")"
+for r in 0 1; do
+  cmp -s "$work/whole.step64.rank$r" "$work/killed.step64.rank$r" ||
+    fail "rank $r: the resumed run's final checkpoint differs from the uninterrupted run's"
+done
+echo "killed at $(grep -o "step [0-9]*, inside epoch 2" "$work/resumed.out"), resumed: final checkpoints identical"
+
+# A damaged newest checkpoint (one byte changed in rank 1's step 64) is refused with the previous
+# step named; --resume-step 60 resumes inside epoch 2 and ends with the same files again.
+cp "$work/whole.step64.rank0" "$work/whole.final.rank0"
+cp "$work/whole.step64.rank1" "$work/whole.final.rank1"
+printf 'Z' | dd of="$work/whole.step64.rank1" bs=1 seek=4000 conv=notrunc status=none
+if "$dgc" train "${small[@]}" "${every[@]}" --checkpoint "$work/whole" --resume \
+  >"$work/damaged.out" 2>&1; then
+  fail "a damaged newest checkpoint was accepted"
+fi
+grep -q "cannot resume from step 64: checkpoint $work/whole.step64.rank1 is truncated or corrupt" \
+  "$work/damaged.out" || fail "unclear refusal: $(cat "$work/damaged.out")"
+grep -q "The newest older checkpoint every rank can read is step 60 ($work/whole.step60.rank0 .. .rank1): resume from it with --resume-step 60" \
+  "$work/damaged.out" || fail "the previous good checkpoint is not named: $(cat "$work/damaged.out")"
+"$dgc" train "${small[@]}" "${every[@]}" --checkpoint "$work/whole" --resume-step 60 \
+  --metrics "$work/from60.jsonl" >"$work/from60.out" 2>&1 ||
+  fail "--resume-step 60 failed: $(cat "$work/from60.out")"
+for r in 0 1; do
+  cmp -s "$work/whole.final.rank$r" "$work/whole.step64.rank$r" ||
+    fail "rank $r: resumed from step 60, the final checkpoint differs"
+done
+grep -q '"resumed_at_iteration":28' "$work/from60.jsonl" ||
+  fail "the resumed epoch is not marked: $(cat "$work/from60.jsonl")"
+grep -q "^epoch 2 .*(resumed after iteration 28)$" "$work/from60.out" ||
+  fail "the resumed epoch's line is not marked: $(cat "$work/from60.out")"
+
+if "$dgc" train "${small[@]}" --checkpoint-every 5 >"$work/bad" 2>&1; then
+  fail "--checkpoint-every without --checkpoint accepted"
+fi
+grep -q -- "--checkpoint-every and --checkpoint-keep need --checkpoint PATH" "$work/bad" ||
+  fail "$(cat "$work/bad")"
 
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"

@@ -119,8 +119,10 @@ TEST_F(KjvTask, UntrainedPerplexityIsNearTheVocabularySizeAndTrainingLowersIt) {
   EXPECT_LT(after[0], 0.3 * 1000);
 }
 
-// Dropout masks and the carried state restart from (seed, rank, epoch) at every epoch, so a run
-// resumed from the checkpoint after epoch 1 equals the uninterrupted run bit for bit.
+// Dropout masks and the carried state restart from (seed, rank, epoch) at every epoch, and a
+// checkpoint inside an epoch carries the LSTM state and the dropout generator: a run resumed from
+// the checkpoint after epoch 1, or from one inside epoch 1 or 2, equals the uninterrupted run bit
+// for bit.
 TEST_F(KjvTask, ResumeEqualsTheUninterruptedRunBitForBit) {
   LmOptions lm;
   lm.vocabulary = 300;
@@ -139,33 +141,53 @@ TEST_F(KjvTask, ResumeEqualsTheUninterruptedRunBitForBit) {
   options.optimizer.density.density = 0.01;
   options.optimizer.lr.lr = 2.0;
   options.optimizer.clip_norm = 0.25;
+  options.checkpoint_every = 3;
+  options.checkpoint_keep = 0;
   const std::string prefix = (*dir_ / "resume").string();
   options.checkpoint = prefix;
-  std::vector<torch::Tensor> uninterrupted, resumed;
+  std::vector<torch::Tensor> uninterrupted;
+  std::vector<double> losses;
+  int64_t iterations = 0;
   comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
     TrainCallbacks callbacks;
-    callbacks.on_epoch = [&](const EpochMetrics& m) {
-      if (m.epoch != 1) return;
-      for (int r = 0; r < 2; ++r) {
-        fs::copy_file(checkpoint_path(prefix, r), checkpoint_path(prefix + ".kept", r),
-                      fs::copy_options::overwrite_existing);
-      }
-    };
+    callbacks.on_start = [&](const RunInfo& info) { iterations = info.iterations_per_epoch; };
+    callbacks.on_epoch = [&](const EpochMetrics& m) { losses.push_back(m.train_loss); };
     Trainer trainer(comm, options, task);
     trainer.run(callbacks);
     if (comm.rank() == 0) uninterrupted = clone_all(trainer.model().parameters());
   });
-  options.checkpoint = prefix + ".kept";
-  options.resume = true;
-  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
-    Trainer trainer(comm, options, task);
-    EXPECT_EQ(trainer.start_epoch(), 1);
-    trainer.run();
-    if (comm.rank() == 0) resumed = clone_all(trainer.model().parameters());
-  });
-  ASSERT_EQ(resumed.size(), uninterrupted.size());
-  for (size_t i = 0; i < resumed.size(); ++i) {
-    EXPECT_TRUE(torch::equal(resumed[i], uninterrupted[i])) << "parameter " << i;
+  ASSERT_GE(iterations, 4) << "the test needs a step inside each epoch";
+  // After epoch 1, the first checkpoint inside epoch 1 and the last one inside epoch 2.
+  const int64_t inside_2 = (2 * iterations - 1) / 3 * 3;
+  ASSERT_GT(inside_2, iterations);
+  for (const int64_t step : {iterations, int64_t{3}, inside_2}) {
+    const std::string copy = prefix + "_" + std::to_string(step);
+    for (int r = 0; r < 2; ++r) {
+      fs::copy_file(checkpoint_path(prefix, step, r), checkpoint_path(copy, step, r),
+                    fs::copy_options::overwrite_existing);
+    }
+    TrainOptions resumed = options;
+    resumed.checkpoint = copy;
+    resumed.resume = true;  // the newest: the only step copied
+    std::vector<torch::Tensor> result;
+    std::vector<double> resumed_losses;
+    comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+      Trainer trainer(comm, resumed, task);
+      EXPECT_EQ(trainer.start_iteration(), step);
+      TrainCallbacks callbacks;
+      callbacks.on_epoch = [&](const EpochMetrics& m) { resumed_losses.push_back(m.train_loss); };
+      trainer.run(callbacks);
+      if (comm.rank() == 0) result = clone_all(trainer.model().parameters());
+    });
+    ASSERT_EQ(result.size(), uninterrupted.size());
+    for (size_t i = 0; i < result.size(); ++i) {
+      EXPECT_TRUE(torch::equal(result[i], uninterrupted[i]))
+          << "resumed at step " << step << ": parameter " << i;
+    }
+    const auto first = static_cast<size_t>(step / iterations);
+    EXPECT_EQ(resumed_losses,
+              std::vector<double>(losses.begin() + static_cast<long>(first), losses.end()))
+        << "resumed at step " << step;
   }
 }
 
@@ -226,7 +248,7 @@ OptimizerOptions clipping_options(Compression compression, double density, doubl
                                   double clip_norm) {
   OptimizerOptions options;
   options.compression = compression;
-  options.policy.min_numel = 16;  // every 2-D tensor compressed, the biases dense
+  options.policy.min_numel = 16;           // every 2-D tensor compressed, the biases dense
   options.dense_path = DensePath::kExact;  // the biases averaged exactly, as the reference does
   options.compressor.selection.method = SelectionMethod::kExact;
   options.compressor.momentum.momentum = momentum;

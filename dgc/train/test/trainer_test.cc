@@ -1,9 +1,11 @@
 // Training runs on real Fashion-MNIST data: learning works, checkpoint + resume is bit for bit
-// the uninterrupted run, and a checkpoint of other settings is rejected.
+// the uninterrupted run (after an epoch and inside one), a checkpoint of other settings is
+// rejected, and a damaged or incomplete newest checkpoint is refused naming the previous good one.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -99,26 +101,19 @@ TEST_F(RealData, ShortDgcRunBeatsChanceByFar) {
   }
 }
 
-// Trains `epochs` epochs with checkpoints under `prefix`; copies the checkpoint files written
-// after epoch `keep_after` to `<prefix>.kept.rank<r>`. Returns rank 0's final parameters.
+// Trains with checkpoints under `prefix`, every file kept. Returns rank 0's final parameters; the
+// epochs' metrics in *epochs.
 std::vector<torch::Tensor> train_with_checkpoints(const TrainOptions& base, const Task& task,
-                                                  int world,
-                                                  const std::string& prefix, int keep_after,
-                                                  std::vector<double>* losses) {
+                                                  int world, const std::string& prefix,
+                                                  std::vector<EpochMetrics>* epochs) {
   TrainOptions options = base;
   options.checkpoint = prefix;
+  options.checkpoint_keep = 0;
   std::vector<torch::Tensor> result;
   comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
     TrainCallbacks callbacks;
     callbacks.on_epoch = [&](const EpochMetrics& m) {
-      if (losses) losses->push_back(m.train_loss);
-      if (m.epoch != keep_after) return;
-      // Rank 0 reports an epoch after every rank wrote its file (barrier), and before anyone can
-      // write the next one.
-      for (int r = 0; r < world; ++r) {
-        fs::copy_file(checkpoint_path(prefix, r), checkpoint_path(prefix + ".kept", r),
-                      fs::copy_options::overwrite_existing);
-      }
+      if (epochs) epochs->push_back(m);
     };
     Trainer trainer(comm, options, task);
     trainer.run(callbacks);
@@ -127,13 +122,43 @@ std::vector<torch::Tensor> train_with_checkpoints(const TrainOptions& base, cons
   return result;
 }
 
+// Resumes the run saved under `prefix` from `step`; returns rank 0's final parameters and the
+// resumed epochs' metrics in *epochs.
+std::vector<torch::Tensor> resume_from(const TrainOptions& base, const Task& task, int world,
+                                       const std::string& prefix, int64_t step,
+                                       std::vector<EpochMetrics>* epochs) {
+  TrainOptions options = base;
+  options.checkpoint = prefix;
+  options.checkpoint_keep = 0;
+  options.resume = true;
+  options.resume_step = step;
+  std::vector<torch::Tensor> result;
+  comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, task);
+    EXPECT_EQ(trainer.start_iteration(), step);
+    TrainCallbacks callbacks;
+    callbacks.on_epoch = [&](const EpochMetrics& m) { epochs->push_back(m); };
+    trainer.run(callbacks);
+    if (comm.rank() == 0) result = parameters_of(trainer.model());
+  });
+  return result;
+}
+
+void expect_equal_parameters(const std::vector<torch::Tensor>& a,
+                             const std::vector<torch::Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ": parameter " << i;
+  }
+}
+
 TrainOptions resume_options() {
   TrainOptions options;
   options.model = "mlp";
   options.epochs = 3;
   options.batch_size = 16;
   options.threads = 1;
-  options.train_examples = 1024;
+  options.train_examples = 1024;  // 2 workers x 16: 32 iterations per epoch
   options.test_examples = 200;
   options.optimizer.density.density = 0.01;
   options.optimizer.density.warmup_epochs = 1;
@@ -146,31 +171,153 @@ TrainOptions resume_options() {
 TEST_F(RealData, ResumeEqualsTheUninterruptedRunBitForBit) {
   const auto options = resume_options();
   const std::string prefix = temp_prefix("resume");
-  std::vector<double> losses;
-  const auto uninterrupted =
-      train_with_checkpoints(options, *task_, 2, prefix, 1, &losses);
-  ASSERT_EQ(losses.size(), 3u);
+  std::vector<EpochMetrics> whole;
+  const auto uninterrupted = train_with_checkpoints(options, *task_, 2, prefix, &whole);
+  ASSERT_EQ(whole.size(), 3u);
+  EXPECT_EQ(checkpoint_steps(prefix, 0), (std::vector<int64_t>{32, 64, 96}));
 
-  // Resume from the files written after epoch 1.
-  TrainOptions resumed = options;
-  resumed.checkpoint = prefix + ".kept";
-  resumed.resume = true;
-  std::vector<torch::Tensor> result;
-  std::vector<double> resumed_losses;
-  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
-    Trainer trainer(comm, resumed, *task_);
-    EXPECT_EQ(trainer.start_epoch(), 1);
-    TrainCallbacks callbacks;
-    callbacks.on_epoch = [&](const EpochMetrics& m) { resumed_losses.push_back(m.train_loss); };
-    const auto summary = trainer.run(callbacks);
-    EXPECT_EQ(summary.epochs.size(), 2u);
-    if (comm.rank() == 0) result = parameters_of(trainer.model());
-  });
-  ASSERT_EQ(result.size(), uninterrupted.size());
-  for (size_t i = 0; i < result.size(); ++i) {
-    EXPECT_TRUE(torch::equal(result[i], uninterrupted[i])) << "parameter " << i;
+  // Resume from the files written after epoch 1 (step 32).
+  std::vector<EpochMetrics> resumed;
+  const auto result = resume_from(options, *task_, 2, prefix, 32, &resumed);
+  expect_equal_parameters(result, uninterrupted, "resumed after epoch 1");
+  ASSERT_EQ(resumed.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(resumed[e].train_loss, whole[e + 1].train_loss);
+    EXPECT_EQ(resumed[e].resumed_at, 0);
   }
-  EXPECT_EQ(resumed_losses, std::vector<double>(losses.begin() + 1, losses.end()));
+  fs::remove_all(fs::path(prefix).parent_path());
+}
+
+// Checkpoints every 15 steps; resumed inside epoch 1 (step 15), inside epoch 2 (step 45,
+// iteration 13 of 32) and inside epoch 3 (step 90): the same final weights bit for bit, and the
+// resumed epoch's loss, learning rate, density and byte counts equal the uninterrupted epoch's.
+TEST_F(RealData, ResumeInsideAnEpochEqualsTheUninterruptedRunBitForBit) {
+  auto options = resume_options();
+  options.checkpoint_every = 15;
+  const std::string prefix = temp_prefix("inside");
+  std::vector<EpochMetrics> whole;
+  const auto uninterrupted = train_with_checkpoints(options, *task_, 2, prefix, &whole);
+  ASSERT_EQ(whole.size(), 3u);
+  // Every 15th step of the run inside an epoch, and every epoch's end.
+  const std::vector<int64_t> expected = {15, 30, 32, 45, 60, 64, 75, 90, 96};
+  EXPECT_EQ(checkpoint_steps(prefix, 0), expected);
+  EXPECT_EQ(checkpoint_steps(prefix, 1), expected);
+
+  for (const int64_t step : {15, 45, 90}) {
+    // Each resume deletes the later steps' files (an abandoned branch): resume from a copy.
+    const std::string copy = prefix + "_" + std::to_string(step);
+    for (int r = 0; r < 2; ++r) {
+      fs::copy_file(checkpoint_path(prefix, step, r), checkpoint_path(copy, step, r),
+                    fs::copy_options::overwrite_existing);
+    }
+    std::vector<EpochMetrics> resumed;
+    const auto result = resume_from(options, *task_, 2, copy, step, &resumed);
+    const std::string what = "resumed at step " + std::to_string(step);
+    expect_equal_parameters(result, uninterrupted, what);
+    const size_t first_epoch = static_cast<size_t>(step / 32);
+    ASSERT_EQ(resumed.size(), 3u - first_epoch) << what;
+    for (size_t e = 0; e < resumed.size(); ++e) {
+      const EpochMetrics& a = resumed[e];
+      const EpochMetrics& b = whole[first_epoch + e];
+      EXPECT_EQ(a.epoch, b.epoch) << what;
+      EXPECT_EQ(a.train_loss, b.train_loss) << what << ", epoch " << a.epoch;
+      EXPECT_EQ(a.lr, b.lr) << what;
+      EXPECT_EQ(a.density, b.density) << what;
+      EXPECT_EQ(a.bytes.message, b.bytes.message) << what;
+      EXPECT_EQ(a.bytes.wire_sent, b.bytes.wire_sent) << what;
+      EXPECT_EQ(a.bytes.dense_gradient, b.bytes.dense_gradient) << what;
+      EXPECT_EQ(metric_value(a.evaluation, "test_accuracy"),
+                metric_value(b.evaluation, "test_accuracy"))
+          << what;
+      EXPECT_EQ(a.resumed_at, e == 0 ? step % 32 : 0) << what;
+    }
+  }
+  fs::remove_all(fs::path(prefix).parent_path());
+}
+
+// Keeps the newest 2 steps; a damaged newest checkpoint is refused on every rank naming the
+// previous good step, ranks whose newest steps differ are refused, and --resume-step resumes.
+TEST_F(RealData, ResumeRefusesADamagedOrIncompleteNewestCheckpoint) {
+  auto options = resume_options();
+  options.epochs = 1;
+  options.checkpoint_every = 10;
+  const std::string prefix = temp_prefix("damaged");
+  options.checkpoint = prefix;
+  options.checkpoint_keep = 2;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, *task_);
+    trainer.run();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(checkpoint_steps(prefix, r), (std::vector<int64_t>{30, 32})) << "rank " << r;
+  }
+  options.resume = true;
+  // Every rank throws the same error (run_local rethrows the lowest rank's): collect them all.
+  auto resume_errors = [&](const TrainOptions& o) {
+    std::vector<std::string> errors(2);
+    try {
+      comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+        try {
+          Trainer trainer(comm, o, *task_);
+        } catch (const Error& e) {
+          errors[comm.rank()] = e.what();
+          throw;
+        }
+      });
+    } catch (const Error&) {
+    }
+    return errors;
+  };
+
+  // Truncated newest file of rank 1.
+  const std::string newest = checkpoint_path(prefix, 32, 1);
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  for (const auto& error : resume_errors(options)) {
+    EXPECT_NE(error.find("cannot resume from step 32: checkpoint " + newest), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("The newest older checkpoint every rank can read is step 30"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("--resume-step 30"), std::string::npos) << error;
+  }
+  // A flipped byte in the middle.
+  fs::remove(newest);
+  fs::copy_file(checkpoint_path(prefix, 32, 0), newest);
+  {
+    std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(newest) / 2));
+    file.put('\x5a');
+  }
+  for (const auto& error : resume_errors(options)) {
+    EXPECT_NE(error.find("checksum"), std::string::npos) << error;
+    EXPECT_NE(error.find("--resume-step 30"), std::string::npos) << error;
+  }
+  // Rank 1's newest file missing: a set from different steps.
+  fs::remove(newest);
+  for (const auto& error : resume_errors(options)) {
+    EXPECT_NE(error.find("newest checkpoints are from different steps (rank 0: step 32, rank 1: "
+                         "step 30)"),
+              std::string::npos)
+        << error;
+    EXPECT_NE(error.find("--resume-step 30"), std::string::npos) << error;
+  }
+  // Resuming from step 30 works (and writes step 32 again).
+  auto from_30 = options;
+  from_30.resume_step = 30;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, from_30, *task_);
+    EXPECT_EQ(trainer.start_iteration(), 30);
+    trainer.run();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(checkpoint_steps(prefix, r), (std::vector<int64_t>{30, 32})) << "rank " << r;
+  }
+  // A step nobody has.
+  auto from_7 = options;
+  from_7.resume_step = 7;
+  for (const auto& error : resume_errors(from_7)) {
+    EXPECT_NE(error.find("no checkpoint of step 7 for rank(s) 0, 1"), std::string::npos) << error;
+  }
   fs::remove_all(fs::path(prefix).parent_path());
 }
 
@@ -179,7 +326,7 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
   options.epochs = 1;
   options.train_examples = 256;
   const std::string prefix = temp_prefix("reject");
-  train_with_checkpoints(options, *task_, 2, prefix, 0, nullptr);
+  train_with_checkpoints(options, *task_, 2, prefix, nullptr);
 
   auto expect_rejected = [&](const TrainOptions& changed, int world, const std::string& words) {
     TrainOptions o = changed;
@@ -199,7 +346,12 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
   auto other_model = options;
   other_model.model = "cnn";
   expect_rejected(other_model, 2, "setting 'model'");
-  expect_rejected(options, 3, "2 workers");
+  expect_rejected(options, 3,
+                  "no checkpoint for rank(s) 2 (files " + prefix +
+                      ".step<S>.rank<r>); rank(s) 0, 1 have one: was the run written by fewer "
+                      "workers? Resume with the same number of workers");
+  // Fewer workers than the checkpoint's: every rank finds its file, which names the world size.
+  expect_rejected(options, 1, "was written by a run with 2 workers, this run has 1");
 
   // The same settings resume (nothing left to train: it evaluates only).
   auto same = options;
