@@ -6,3 +6,5 @@ scripts/setup.sh
 # Open MPI refuses to run as root unless told; the multi-process tests start mpirun.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 900
+# Sanitizers (ASan + UBSan, TSan) and fuzzing, in build-asan, build-tsan and build-fuzz.
+scripts/test_reliability.sh
