@@ -194,9 +194,10 @@ TEST(TcpStoreService, HandlesAFrameOnlyOnceItIsComplete) {
   TcpStoreService service("127.0.0.1:1", 2);
   TcpStoreService::Connection c;
   std::vector<uint8_t> bytes = hello(1, 2);
-  auto set = frame(2, field("key"));
+  std::vector<uint8_t> fields = field("key");
   const auto value = field("value");
-  set.insert(set.end(), value.begin(), value.end());
+  fields.insert(fields.end(), value.begin(), value.end());
+  const auto set = frame(2, fields);
   // Lengths of the two frames' bodies are little endian u32s; set's is 1 + 7 + 9 = 17.
   ASSERT_EQ(set[0], 17);
   bytes.insert(bytes.end(), set.begin(), set.end());
