@@ -1,14 +1,15 @@
 // The settings every rank must agree on: the start-up handshake's description of a rank (binary,
 // from a peer: dgc/exchange/exchange.h handshake), and the "key=value" settings text it and the
-// checkpoints carry (parse_settings, describe_settings_difference in dgc/train/checkpoint.h).
+// checkpoints carry (parse_key_value_lines in dgc/core/key_value.h, which also reads the
+// rendezvous records; describe_settings_difference in dgc/train/checkpoint.h).
 //
 // Input: the bytes a peer sent in the handshake; the same bytes, as text, are also a settings
 // text.
 //
 // Promises checked: the handshake throws nothing but dgc::MismatchError, and accepts the peer
-// exactly when it sent what this rank sent; parse_settings gives keys without '=' or newline and
-// values without newline; describe_settings_difference is "" exactly when the two texts parse to
-// the same settings.
+// exactly when it sent what this rank sent; parse_key_value_lines gives keys without '=' or
+// newline and values without newline; describe_settings_difference is "" exactly when the two
+// texts parse to the same settings.
 #include <map>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "dgc/comm/communicator.h"
 #include "dgc/core/error.h"
+#include "dgc/core/key_value.h"
 #include "dgc/exchange/exchange.h"
 #include "dgc/train/checkpoint.h"
 #include "fuzz/fuzz_check.h"
@@ -71,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (peer == comm.mine()) FUZZ_CHECK(agreed, "the handshake refused this rank's own description");
 
   const std::string text(peer.begin(), peer.end());
-  const auto settings = dgc::parse_settings(text);
+  const auto settings = dgc::parse_key_value_lines(text);
   for (const auto& [key, value] : settings) {
     FUZZ_CHECK(key.find('=') == std::string::npos && key.find('\n') == std::string::npos,
                "key '%s'", key.c_str());
@@ -79,9 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(dgc::train::describe_settings_difference(text, text).empty(),
              "a text differs from itself");
-  const bool same = settings == dgc::parse_settings(kSettings);
+  const bool same = settings == dgc::parse_key_value_lines(kSettings);
   FUZZ_CHECK(dgc::train::describe_settings_difference(text, kSettings).empty() == same,
-             "describe_settings_difference disagrees with parse_settings");
+             "describe_settings_difference disagrees with parse_key_value_lines");
   FUZZ_CHECK(dgc::train::describe_settings_difference(kSettings, text).empty() == same,
              "describe_settings_difference is not symmetric in equality");
   return 0;

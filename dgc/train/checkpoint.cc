@@ -1,5 +1,4 @@
 #include "dgc/train/checkpoint.h"
-#include "dgc/exchange/exchange.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "dgc/core/error.h"
+#include "dgc/core/key_value.h"
 
 namespace dgc::train {
 namespace {
@@ -241,8 +241,8 @@ CheckpointFile CheckpointFile::parse(std::span<const uint8_t> bytes, const std::
 }
 
 std::string describe_settings_difference(const std::string& stored, const std::string& current) {
-  const auto a = parse_settings(stored);
-  const auto b = parse_settings(current);
+  const auto a = parse_key_value_lines(stored);
+  const auto b = parse_key_value_lines(current);
   for (const auto& [key, value] : a) {
     const auto it = b.find(key);
     if (it == b.end()) return "setting '" + key + "' is in the checkpoint but not in this run";
