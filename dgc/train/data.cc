@@ -48,7 +48,16 @@ std::vector<uint8_t> read_gz_file(const std::string& path) {
       gzclose(file);
       fail(path, "corrupt data: " + message);
     }
-    if (got == 0) break;
+    if (got == 0) {
+      // The end, or a gzip stream cut short (zlib reports that as Z_BUF_ERROR).
+      int code = Z_OK;
+      const std::string message = gzerror(file, &code);
+      if (code != Z_OK) {
+        gzclose(file);
+        fail(path, "corrupt or truncated gzip data: " + message);
+      }
+      break;
+    }
     size += static_cast<size_t>(got);
     if (size > kMaxFileBytes) {
       gzclose(file);
