@@ -323,10 +323,7 @@ void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
 class TcpStoreServer {
  public:
   TcpStoreServer(const std::string& host, int port, int world_size)
-      : host_(host),
-        port_(port),
-        world_size_(world_size),
-        service_(endpoint(host, port), world_size) {
+      : world_size_(world_size), service_(endpoint(host, port), world_size) {
     AddrInfo addrs;
     resolve(host, port, addrs);
     std::string not_here;
@@ -477,8 +474,6 @@ class TcpStoreServer {
     if (c.connection.close_after_write) c.connection.dead = true;
   }
 
-  std::string host_;
-  int port_;
   int world_size_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
