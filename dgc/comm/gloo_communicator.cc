@@ -56,6 +56,7 @@
 #endif
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
+#include "dgc/core/key_value.h"
 
 namespace dgc::comm {
 namespace {
@@ -210,18 +211,6 @@ void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeou
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(20));
   }
-}
-
-// Parses "key=value" lines.
-std::map<std::string, std::string> parse_fields(const std::string& text) {
-  std::map<std::string, std::string> fields;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) fields[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return fields;
 }
 
 class GlooCommunicator final : public Communicator {
@@ -550,7 +539,7 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
     wait_for_all(
         rv, "join", world_size, timeout,
         [&](int r, const std::string& value) {
-          auto fields = parse_fields(value);
+          auto fields = parse_key_value_lines(value);
           const std::string theirs = fields["world_size"];
           if (theirs != std::to_string(world_size)) {
             // Named in rank order, so that every rank that finds it says the same.
@@ -639,7 +628,7 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int w
       [&] { rv.store.set(key("ready", rank), to_chars(mine.str())); });
   wait_for_all(rv, "ready", world_size, timeout, [&](int r, const std::string& value) {
     if (r == rank) return;
-    auto fields = parse_fields(value);
+    auto fields = parse_key_value_lines(value);
     auto it = fields.find(std::to_string(rank));
     if (it != fields.end()) peer_by_address[it->second] = r;
   });

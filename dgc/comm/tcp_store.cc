@@ -8,6 +8,7 @@
 //   CHECK u32 n, n keys            -> kOk u8 all_present
 //   BYE                            -> kOk (the server counts it; the client then disconnects)
 #include "dgc/comm/tcp_store.h"
+#include "dgc/comm/tcp_store_service.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -40,12 +41,10 @@ using std::chrono::milliseconds;
 enum Op : uint8_t { kHello = 1, kSet = 2, kGet = 3, kCheck = 4, kBye = 5 };
 enum Status : uint8_t { kOk = 0, kMissing = 1, kError = 2, kMismatch = 3 };
 
-constexpr size_t kMaxKeyBytes = 4096;
-constexpr size_t kMaxValueBytes = size_t{1} << 20;
-constexpr size_t kMaxKeys = 65536;
-constexpr size_t kMaxStoredBytes = size_t{256} << 20;
-constexpr size_t kMaxFrameBytes = kMaxValueBytes + kMaxKeyBytes + 64;
-constexpr size_t kMaxCheckKeys = 4096;
+constexpr size_t kMaxKeyBytes = TcpStoreService::kMaxKeyBytes;
+constexpr size_t kMaxValueBytes = TcpStoreService::kMaxValueBytes;
+constexpr size_t kMaxFrameBytes = TcpStoreService::kMaxFrameBytes;
+constexpr size_t kMaxCheckKeys = TcpStoreService::kMaxCheckKeys;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -149,12 +148,182 @@ void resolve(const std::string& host, int port, AddrInfo& out) {
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
+// Service: the requests, on bytes (tcp_store_service.h).
+
+TcpStoreService::TcpStoreService(std::string where, int world_size)
+    : where_(std::move(where)), world_size_(world_size) {}
+
+void TcpStoreService::linger_after_refusal(Timeout timeout) {
+  std::unique_lock lock(mutex_);
+  if (!refused_) return;
+  byes_cv_.wait_for(lock, timeout, [&] {
+    return static_cast<int>(told_.size() - told_.count(0)) >= world_size_ - 1;
+  });
+}
+
+bool TcpStoreService::wait_for_byes(int count, Timeout timeout) {
+  std::unique_lock lock(mutex_);
+  return byes_cv_.wait_for(lock, timeout, [&] { return byes_ >= count || refused_; });
+}
+
+bool TcpStoreService::process_frames(Connection& c) {
+  size_t pos = 0;
+  while (c.in.size() - pos >= 4) {
+    Reader len{c.in.data() + pos, 4};
+    const uint32_t n = len.u32();
+    if (n > kMaxFrameBytes || n == 0) {
+      c.dead = true;  // not our protocol, or over the bounds
+      return false;
+    }
+    if (c.in.size() - pos - 4 < n) break;
+    handle(c, c.in.data() + pos + 4, n);
+    pos += 4 + n;
+    if (c.dead) return false;
+  }
+  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
+  return true;
+}
+
+void TcpStoreService::reply(Connection& c, uint8_t status, const std::vector<uint8_t>& fields) {
+  put_u32(c.out, static_cast<uint32_t>(1 + fields.size()));
+  c.out.push_back(status);
+  c.out.insert(c.out.end(), fields.begin(), fields.end());
+}
+
+void TcpStoreService::refuse(Connection& c, int rank) {
+  std::vector<uint8_t> f;
+  put_string(f, error_);
+  reply(c, kMismatch, f);
+  std::lock_guard lock(mutex_);
+  told_.insert(rank);
+  byes_cv_.notify_all();
+}
+
+void TcpStoreService::fail_all(const std::string& message) {
+  if (error_.empty()) error_ = message;
+  std::lock_guard lock(mutex_);
+  refused_ = true;
+  byes_cv_.notify_all();
+}
+
+void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
+  Reader r{body, size};
+  const uint8_t op = r.u8();
+  if (op == kBye) {
+    reply(c, kOk);
+    c.close_after_write = true;
+    if (c.rank != 0) {
+      std::lock_guard lock(mutex_);
+      ++byes_;
+      byes_cv_.notify_all();
+    }
+    return;
+  }
+  if (op == kHello) {
+    const auto rank = static_cast<int32_t>(r.u32());
+    const auto world_size = static_cast<int32_t>(r.u32());
+    if (!r.ok) {
+      c.dead = true;
+      return;
+    }
+    if (world_size != world_size_) {
+      fail_all(detail::concat(
+          "world size mismatch: rank ", rank, " was started with WORLD_SIZE=", world_size,
+          " but rank 0 (the master at ", where_, ") has WORLD_SIZE=", world_size_,
+          "; start every process with the same WORLD_SIZE"));
+    } else if (rank < 0 || rank >= world_size_) {
+      fail_all(detail::concat("a process connected with RANK=", rank, ", outside [0, ", world_size_,
+                              ") for WORLD_SIZE=", world_size_));
+    } else if (seen_ranks_.count(rank) != 0) {  // every accepted HELLO is in seen_ranks_
+      fail_all(detail::concat("two processes were started with RANK=", rank,
+                              "; every process needs its own RANK in [0, ", world_size_, ")"));
+    } else {
+      c.rank = rank;
+      seen_ranks_.insert(rank);
+    }
+    if (!error_.empty()) {
+      refuse(c, rank);
+      return;
+    }
+    reply(c, kOk);
+    return;
+  }
+  if (c.rank < 0) {
+    c.dead = true;  // every client introduces itself first
+    return;
+  }
+  if (!error_.empty()) {
+    refuse(c, c.rank);
+    return;
+  }
+  switch (op) {
+    case kSet: {
+      std::string key = r.str(kMaxKeyBytes);
+      std::string value = r.str(kMaxValueBytes);
+      if (!r.ok) {
+        c.dead = true;
+        return;
+      }
+      auto it = data_.find(key);
+      const size_t old = it == data_.end() ? 0 : it->first.size() + it->second.size();
+      if ((it == data_.end() && data_.size() >= kMaxKeys) ||
+          stored_bytes_ - old + key.size() + value.size() > kMaxStoredBytes) {
+        std::vector<uint8_t> f;
+        put_string(f, "rendezvous store is full (bounded at 65536 keys, 256 MiB)");
+        reply(c, kError, f);
+        return;
+      }
+      stored_bytes_ = stored_bytes_ - old + key.size() + value.size();
+      data_[std::move(key)] = std::move(value);
+      reply(c, kOk);
+      return;
+    }
+    case kGet: {
+      const std::string key = r.str(kMaxKeyBytes);
+      if (!r.ok) {
+        c.dead = true;
+        return;
+      }
+      auto it = data_.find(key);
+      if (it == data_.end()) {
+        reply(c, kMissing);
+        return;
+      }
+      std::vector<uint8_t> f;
+      put_string(f, it->second);
+      reply(c, kOk, f);
+      return;
+    }
+    case kCheck: {
+      const uint32_t n = r.u32();
+      if (n > kMaxCheckKeys) {
+        c.dead = true;
+        return;
+      }
+      bool all = true;
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::string key = r.str(kMaxKeyBytes);
+        if (!r.ok) {
+          c.dead = true;
+          return;
+        }
+        all = all && data_.count(key) != 0;
+      }
+      reply(c, kOk, {static_cast<uint8_t>(all ? 1 : 0)});
+      return;
+    }
+    default:
+      c.dead = true;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
 // Server: one thread, poll() over the listening socket, a wake-up pipe and the clients.
 
 class TcpStoreServer {
  public:
   TcpStoreServer(const std::string& host, int port, int world_size)
-      : host_(host), port_(port), world_size_(world_size) {
+      : world_size_(world_size), service_(endpoint(host, port), world_size) {
     AddrInfo addrs;
     resolve(host, port, addrs);
     std::string not_here;
@@ -212,32 +381,14 @@ class TcpStoreServer {
     ::close(wake_[1]);
   }
 
-  // After refusing a rank: waits until every rank but 0 has been told why (so that ranks that
-  // connect late learn the reason instead of finding no server), or the timeout passes.
-  void linger_after_refusal(Timeout timeout) {
-    std::unique_lock lock(mutex_);
-    if (!refused_) return;
-    byes_cv_.wait_for(lock, timeout, [&] {
-      return static_cast<int>(told_.size() - told_.count(0)) >= world_size_ - 1;
-    });
-  }
-
-  // Waits until `count` clients said goodbye, the server refused a rank (then nobody is coming),
-  // or the timeout passes.
-  bool wait_for_byes(int count, Timeout timeout) {
-    std::unique_lock lock(mutex_);
-    return byes_cv_.wait_for(lock, timeout, [&] { return byes_ >= count || refused_; });
-  }
+  void linger_after_refusal(Timeout timeout) { service_.linger_after_refusal(timeout); }
+  bool wait_for_byes(int count, Timeout timeout) { return service_.wait_for_byes(count, timeout); }
 
  private:
   struct Client {
     int fd = -1;
-    int rank = -1;
-    std::vector<uint8_t> in;
-    std::vector<uint8_t> out;
+    TcpStoreService::Connection connection;
     size_t out_pos = 0;
-    bool close_after_write = false;
-    bool dead = false;
   };
 
   void loop() {
@@ -248,7 +399,7 @@ class TcpStoreServer {
       fds.push_back({listen_fd_, POLLIN, 0});
       for (const auto& c : clients_) {
         short events = POLLIN;
-        if (c.out_pos < c.out.size()) events |= POLLOUT;
+        if (c.out_pos < c.connection.out.size()) events |= POLLOUT;
         fds.push_back({c.fd, events, 0});
       }
       const int rc = ::poll(fds.data(), fds.size(), 200);
@@ -260,12 +411,12 @@ class TcpStoreServer {
         Client& c = clients_[i];
         const short re = fds[i + 2].revents;
         if (re & (POLLIN | POLLHUP | POLLERR)) read_client(c);
-        if (!c.dead && (re & POLLOUT)) write_client(c);
+        if (!c.connection.dead && (re & POLLOUT)) write_client(c);
       }
       for (auto& c : clients_) {
-        if (c.dead) ::close(c.fd);
+        if (c.connection.dead) ::close(c.fd);
       }
-      std::erase_if(clients_, [](const Client& c) { return c.dead; });
+      std::erase_if(clients_, [](const Client& c) { return c.connection.dead; });
     }
   }
 
@@ -285,217 +436,51 @@ class TcpStoreServer {
   }
 
   void read_client(Client& c) {
+    auto& in = c.connection.in;
     uint8_t buf[65536];
     for (;;) {
       const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
       if (n > 0) {
-        c.in.insert(c.in.end(), buf, buf + n);
-        if (c.in.size() > kMaxFrameBytes + 4 && !process_frames(c)) return;
+        in.insert(in.end(), buf, buf + n);
+        if (in.size() > kMaxFrameBytes + 4 && !service_.process_frames(c.connection)) return;
         continue;
       }
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        c.dead = true;
+        c.connection.dead = true;
         return;
       }
       if (errno == EINTR) continue;
       break;
     }
-    process_frames(c);
-    if (!c.dead) write_client(c);
-  }
-
-  // Handles every complete frame in c.in. Returns false if the client was dropped.
-  bool process_frames(Client& c) {
-    size_t pos = 0;
-    while (c.in.size() - pos >= 4) {
-      Reader len{c.in.data() + pos, 4};
-      const uint32_t n = len.u32();
-      if (n > kMaxFrameBytes || n == 0) {
-        c.dead = true;  // not our protocol, or over the bounds
-        return false;
-      }
-      if (c.in.size() - pos - 4 < n) break;
-      Reader body{c.in.data() + pos + 4, n};
-      handle(c, body);
-      pos += 4 + n;
-      if (c.dead) return false;
-    }
-    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
-    return true;
-  }
-
-  void reply(Client& c, uint8_t status, const std::vector<uint8_t>& fields = {}) {
-    put_u32(c.out, static_cast<uint32_t>(1 + fields.size()));
-    c.out.push_back(status);
-    c.out.insert(c.out.end(), fields.begin(), fields.end());
-  }
-
-  // Replies with the group's error and remembers that `rank` has been told.
-  void refuse(Client& c, int rank) {
-    std::vector<uint8_t> f;
-    put_string(f, error_);
-    reply(c, kMismatch, f);
-    std::lock_guard lock(mutex_);
-    told_.insert(rank);
-    byes_cv_.notify_all();
-  }
-
-  void fail_all(const std::string& message) {
-    if (error_.empty()) error_ = message;
-    std::lock_guard lock(mutex_);
-    refused_ = true;
-    byes_cv_.notify_all();
-  }
-
-  void handle(Client& c, Reader& r) {
-    const uint8_t op = r.u8();
-    if (op == kBye) {
-      reply(c, kOk);
-      c.close_after_write = true;
-      if (c.rank != 0) {
-        std::lock_guard lock(mutex_);
-        ++byes_;
-        byes_cv_.notify_all();
-      }
-      return;
-    }
-    if (op == kHello) {
-      const auto rank = static_cast<int32_t>(r.u32());
-      const auto world_size = static_cast<int32_t>(r.u32());
-      if (!r.ok) {
-        c.dead = true;
-        return;
-      }
-      if (world_size != world_size_) {
-        fail_all(detail::concat(
-            "world size mismatch: rank ", rank, " was started with WORLD_SIZE=", world_size,
-            " but rank 0 (the master at ", endpoint(host_, port_), ") has WORLD_SIZE=", world_size_,
-            "; start every process with the same WORLD_SIZE"));
-      } else if (rank < 0 || rank >= world_size_) {
-        fail_all(detail::concat("a process connected with RANK=", rank, ", outside [0, ",
-                                world_size_, ") for WORLD_SIZE=", world_size_));
-      } else if (std::any_of(clients_.begin(), clients_.end(),
-                             [&](const Client& o) { return &o != &c && o.rank == rank; }) ||
-                 seen_ranks_.count(rank) != 0) {
-        fail_all(detail::concat("two processes were started with RANK=", rank,
-                                "; every process needs its own RANK in [0, ", world_size_, ")"));
-      } else {
-        c.rank = rank;
-        seen_ranks_.insert(rank);
-      }
-      if (!error_.empty()) {
-        refuse(c, rank);
-        return;
-      }
-      reply(c, kOk);
-      return;
-    }
-    if (c.rank < 0) {
-      c.dead = true;  // every client introduces itself first
-      return;
-    }
-    if (!error_.empty()) {
-      refuse(c, c.rank);
-      return;
-    }
-    switch (op) {
-      case kSet: {
-        std::string key = r.str(kMaxKeyBytes);
-        std::string value = r.str(kMaxValueBytes);
-        if (!r.ok) {
-          c.dead = true;
-          return;
-        }
-        auto it = data_.find(key);
-        const size_t old = it == data_.end() ? 0 : it->first.size() + it->second.size();
-        if ((it == data_.end() && data_.size() >= kMaxKeys) ||
-            stored_bytes_ - old + key.size() + value.size() > kMaxStoredBytes) {
-          std::vector<uint8_t> f;
-          put_string(f, "rendezvous store is full (bounded at 65536 keys, 256 MiB)");
-          reply(c, kError, f);
-          return;
-        }
-        stored_bytes_ = stored_bytes_ - old + key.size() + value.size();
-        data_[std::move(key)] = std::move(value);
-        reply(c, kOk);
-        return;
-      }
-      case kGet: {
-        const std::string key = r.str(kMaxKeyBytes);
-        if (!r.ok) {
-          c.dead = true;
-          return;
-        }
-        auto it = data_.find(key);
-        if (it == data_.end()) {
-          reply(c, kMissing);
-          return;
-        }
-        std::vector<uint8_t> f;
-        put_string(f, it->second);
-        reply(c, kOk, f);
-        return;
-      }
-      case kCheck: {
-        const uint32_t n = r.u32();
-        if (n > kMaxCheckKeys) {
-          c.dead = true;
-          return;
-        }
-        bool all = true;
-        for (uint32_t i = 0; i < n; ++i) {
-          const std::string key = r.str(kMaxKeyBytes);
-          if (!r.ok) {
-            c.dead = true;
-            return;
-          }
-          all = all && data_.count(key) != 0;
-        }
-        reply(c, kOk, {static_cast<uint8_t>(all ? 1 : 0)});
-        return;
-      }
-      default:
-        c.dead = true;
-    }
+    service_.process_frames(c.connection);
+    if (!c.connection.dead) write_client(c);
   }
 
   void write_client(Client& c) {
-    while (c.out_pos < c.out.size()) {
-      const ssize_t n =
-          ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+    auto& out = c.connection.out;
+    while (c.out_pos < out.size()) {
+      const ssize_t n = ::send(c.fd, out.data() + c.out_pos, out.size() - c.out_pos, MSG_NOSIGNAL);
       if (n > 0) {
         c.out_pos += static_cast<size_t>(n);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      c.dead = true;
+      c.connection.dead = true;
       return;
     }
-    c.out.clear();
+    out.clear();
     c.out_pos = 0;
-    if (c.close_after_write) c.dead = true;
+    if (c.connection.close_after_write) c.connection.dead = true;
   }
 
-  std::string host_;
-  int port_;
   int world_size_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
+  TcpStoreService service_;
   std::thread thread_;
-  // Owned by the server thread.
-  std::vector<Client> clients_;
-  std::map<std::string, std::string> data_;
-  size_t stored_bytes_ = 0;
-  std::set<int> seen_ranks_;
-  std::string error_;
-  // Shared with close().
-  std::mutex mutex_;
-  std::condition_variable byes_cv_;
-  int byes_ = 0;
-  bool refused_ = false;
-  std::set<int> told_;  // ranks that received the refusal
+  std::vector<Client> clients_;  // owned by the server thread
 };
 
 // ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "dgc/core/codec.h"
 #include "dgc/core/error.h"
 #include "dgc/core/float16.h"
+#include "dgc/core/key_value.h"
 #include "dgc/exchange/sparse_allreduce.h"
 
 namespace dgc {
@@ -159,7 +160,7 @@ std::vector<Item> items_of(const std::vector<Description>& all) {
   std::vector<std::map<std::string, std::string>> settings(n);
   std::map<std::string, bool> keys;
   for (size_t r = 0; r < n; ++r) {
-    settings[r] = parse_settings(all[r].settings);
+    settings[r] = parse_key_value_lines(all[r].settings);
     for (const auto& kv : settings[r]) keys[kv.first] = true;
   }
   for (const auto& [key, unused] : keys) {
@@ -685,23 +686,6 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   }
   timings_.decode += seconds_since(clock);
   return 0;
-}
-
-std::map<std::string, std::string> parse_settings(const std::string& settings) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(settings);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) {
-      out[line] = "";
-    } else {
-      out[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-  }
-  return out;
 }
 
 }  // namespace dgc

@@ -95,10 +95,6 @@ struct ExchangeTimings {
   double total() const { return encode + collective + validate + decode; }
 };
 
-// The "key=value" lines of a settings string as a map (a line without '=' maps to ""; empty
-// lines and trailing '\r' are ignored). Not collective.
-std::map<std::string, std::string> parse_settings(const std::string& settings);
-
 // Start-up handshake: every rank checks that all ranks have the same world size, the same layout
 // (names, shapes, paths, order) and the same settings. On any difference every rank throws
 // dgc::MismatchError naming the first difference and the ranks involved.

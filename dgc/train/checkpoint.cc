@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "dgc/core/error.h"
+#include "dgc/core/key_value.h"
 
 namespace dgc::train {
 namespace {
@@ -140,7 +141,7 @@ void CheckpointFile::get_floats(const std::string& name, std::span<float> out) c
   std::memcpy(out.data(), record.data.data(), out.size_bytes());
 }
 
-void CheckpointFile::write(const std::string& path) const {
+std::vector<uint8_t> CheckpointFile::serialize() const {
   std::vector<uint8_t> bytes(std::begin(kMagic), std::end(kMagic));
   append<uint32_t>(bytes, kCheckpointVersion);
   append<uint32_t>(bytes, static_cast<uint32_t>(records_.size()));
@@ -153,7 +154,11 @@ void CheckpointFile::write(const std::string& path) const {
     bytes.insert(bytes.end(), record.data.begin(), record.data.end());
   }
   append<uint32_t>(bytes, crc_of(bytes));
+  return bytes;
+}
 
+void CheckpointFile::write(const std::string& path) const {
+  const std::vector<uint8_t> bytes = serialize();
   const std::string temporary = path + ".tmp";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -202,10 +207,14 @@ CheckpointFile CheckpointFile::read(const std::string& path) {
   }
   const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
+  return parse(bytes, path);
+}
+
+CheckpointFile CheckpointFile::parse(std::span<const uint8_t> bytes, const std::string& path) {
   if (bytes.size() < sizeof(kMagic) + 12 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic))) {
     throw DataError("checkpoint " + path + " is not a dgc checkpoint (bad magic or too short)");
   }
-  const std::span<const uint8_t> all(bytes);
+  const std::span<const uint8_t> all = bytes;
   const auto body = all.first(all.size() - 4);
   Reader tail(path, all.last(4));
   if (tail.take<uint32_t>() != crc_of(body)) {
@@ -349,8 +358,8 @@ std::vector<int64_t> remove_old_checkpoints(const std::string& prefix, int rank,
 }
 
 std::string describe_settings_difference(const std::string& stored, const std::string& current) {
-  const auto a = parse_settings(stored);
-  const auto b = parse_settings(current);
+  const auto a = parse_key_value_lines(stored);
+  const auto b = parse_key_value_lines(current);
   for (const auto& [key, value] : a) {
     const auto it = b.find(key);
     if (it == b.end()) return "setting '" + key + "' is in the checkpoint but not in this run";

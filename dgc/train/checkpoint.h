@@ -46,8 +46,14 @@ class CheckpointFile {
   // fsync'ed, renamed over `path`, then the directory fsync'ed so that the rename survives a
   // power loss. Throws dgc::DataError on any I/O failure (the old file is left as it was).
   void write(const std::string& path) const;
-  // Reads and validates magic, version, checksum and every length. Throws dgc::DataError.
+  // Reads the file and parses it (parse). Throws dgc::DataError.
   static CheckpointFile read(const std::string& path);
+
+  // The file's bytes (what write() puts in the file).
+  std::vector<uint8_t> serialize() const;
+  // Parses a checkpoint's bytes: validates magic, version, checksum and every length before
+  // using it. `path` names the source in messages and becomes path(). Throws dgc::DataError.
+  static CheckpointFile parse(std::span<const uint8_t> bytes, const std::string& path);
 
   // The path the records were read from ("" for a file built in memory); used in messages.
   const std::string& path() const { return path_; }

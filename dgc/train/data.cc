@@ -28,57 +28,78 @@ std::string hint() {
   throw DataError("cannot read " + path + ": " + what + hint());
 }
 
-// A gzip (or plain) file read sequentially; every short read is an error naming the file.
-class GzFile {
+// Upper bound on the decompressed size of one idx file: Fashion-MNIST's training images are
+// 47 MB; a file that inflates past this is not a data set this reader is for.
+constexpr size_t kMaxFileBytes = size_t{1} << 32;
+
+// The whole content of a gzip (or plain) file; every failure is an error naming the file.
+std::vector<uint8_t> read_gz_file(const std::string& path) {
+  errno = 0;
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) fail(path, errno != 0 ? std::strerror(errno) : "gzopen failed");
+  std::vector<uint8_t> bytes;
+  size_t size = 0;
+  for (;;) {
+    bytes.resize(size + (size_t{1} << 20));
+    const int got = gzread(file, bytes.data() + size, 1u << 20);
+    if (got < 0) {
+      int code = 0;
+      const std::string message = gzerror(file, &code);
+      gzclose(file);
+      fail(path, "corrupt data: " + message);
+    }
+    if (got == 0) {
+      // The end, or a gzip stream cut short (zlib reports that as Z_BUF_ERROR).
+      int code = Z_OK;
+      const std::string message = gzerror(file, &code);
+      if (code != Z_OK) {
+        gzclose(file);
+        fail(path, "corrupt or truncated gzip data: " + message);
+      }
+      break;
+    }
+    size += static_cast<size_t>(got);
+    if (size > kMaxFileBytes) {
+      gzclose(file);
+      fail(path, detail::concat("the file is larger than ", kMaxFileBytes,
+                                " bytes uncompressed; it is not an idx file of a data set"));
+    }
+  }
+  gzclose(file);
+  bytes.resize(size);
+  return bytes;
+}
+
+// Reads the header fields of an idx file in order (big-endian u32s).
+class IdxHeader {
  public:
-  explicit GzFile(const std::string& path) : path_(path) {
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) {
-      fail(path, errno != 0 ? std::strerror(errno) : "gzopen failed");
-    }
-  }
-  ~GzFile() { gzclose(file_); }
-  GzFile(const GzFile&) = delete;
-  GzFile& operator=(const GzFile&) = delete;
+  IdxHeader(std::span<const uint8_t> bytes, const std::string& name) : bytes_(bytes), name_(name) {}
 
-  void read(void* out, size_t bytes, const char* what) {
-    auto* dst = static_cast<uint8_t*>(out);
-    while (bytes > 0) {
-      const unsigned chunk = static_cast<unsigned>(std::min<size_t>(bytes, 1u << 30));
-      const int got = gzread(file_, dst, chunk);
-      if (got < 0) {
-        int code = 0;
-        const char* message = gzerror(file_, &code);
-        fail(path_, std::string("corrupt data while reading ") + what + ": " + message);
-      }
-      if (got == 0) {
-        fail(path_, std::string("file is truncated: it ends inside the ") + what);
-      }
-      dst += got;
-      bytes -= static_cast<size_t>(got);
+  uint32_t next() {
+    if (bytes_.size() - pos_ < 4) {
+      fail(name_, detail::concat("file is truncated: it ends inside the header (", bytes_.size(),
+                                 " bytes)"));
     }
-  }
-
-  uint32_t read_u32(const char* what) {
-    std::array<uint8_t, 4> b{};
-    read(b.data(), b.size(), what);
+    const uint8_t* b = bytes_.data() + pos_;
+    pos_ += 4;
     return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
   }
 
-  void expect_end() {
-    uint8_t extra = 0;
-    const int got = gzread(file_, &extra, 1);
-    if (got < 0) {
-      int code = 0;
-      fail(path_, std::string("corrupt data at the end: ") + gzerror(file_, &code));
+  // The data after the header, which must be exactly `size` bytes.
+  std::span<const uint8_t> data(uint64_t size, const char* what) const {
+    const uint64_t left = bytes_.size() - pos_;
+    if (left < size) {
+      fail(name_, detail::concat("file is truncated: it ends inside the ", what, " (", left, " of ",
+                                 size, " bytes)"));
     }
-    if (got != 0) fail(path_, "file has bytes after the data its header announces");
+    if (left > size) fail(name_, "file has bytes after the data its header announces");
+    return bytes_.subspan(pos_);
   }
 
  private:
-  std::string path_;
-  gzFile file_ = nullptr;
+  std::span<const uint8_t> bytes_;
+  const std::string& name_;
+  size_t pos_ = 0;
 };
 
 int64_t checked_dimension(const std::string& path, uint32_t value, uint32_t max, const char* what) {
@@ -92,40 +113,48 @@ int64_t checked_dimension(const std::string& path, uint32_t value, uint32_t max,
 }  // namespace
 
 ImageSet read_idx(const std::string& images_path, const std::string& labels_path, int num_classes) {
+  const std::vector<uint8_t> images = read_gz_file(images_path);
+  const std::vector<uint8_t> labels = read_gz_file(labels_path);
+  return parse_idx(images, labels, images_path, labels_path, num_classes);
+}
+
+ImageSet parse_idx(std::span<const uint8_t> images, std::span<const uint8_t> labels,
+                   const std::string& images_name, const std::string& labels_name,
+                   int num_classes) {
   ImageSet set;
   {
-    GzFile file(images_path);
-    const uint32_t magic = file.read_u32("header");
+    IdxHeader header(images, images_name);
+    const uint32_t magic = header.next();
     if (magic != kImagesMagic) {
-      fail(images_path, detail::concat("not an idx3 image file: magic 0x", std::hex, magic,
+      fail(images_name, detail::concat("not an idx3 image file: magic 0x", std::hex, magic,
                                        ", expected 0x", kImagesMagic));
     }
-    set.count = checked_dimension(images_path, file.read_u32("header"), kMaxCount, "image count");
-    set.rows = checked_dimension(images_path, file.read_u32("header"), kMaxSide, "row count");
-    set.cols = checked_dimension(images_path, file.read_u32("header"), kMaxSide, "column count");
-    set.pixels.resize(static_cast<size_t>(set.count * set.rows * set.cols));
-    file.read(set.pixels.data(), set.pixels.size(), "pixel data");
-    file.expect_end();
+    set.count = checked_dimension(images_name, header.next(), kMaxCount, "image count");
+    set.rows = checked_dimension(images_name, header.next(), kMaxSide, "row count");
+    set.cols = checked_dimension(images_name, header.next(), kMaxSide, "column count");
+    // At most 1e8 * 4096 * 4096 < 2^64: the product does not overflow.
+    const auto pixels =
+        header.data(static_cast<uint64_t>(set.count) * static_cast<uint64_t>(set.rows * set.cols),
+                    "pixel data");
+    set.pixels.assign(pixels.begin(), pixels.end());
   }
   {
-    GzFile file(labels_path);
-    const uint32_t magic = file.read_u32("header");
+    IdxHeader header(labels, labels_name);
+    const uint32_t magic = header.next();
     if (magic != kLabelsMagic) {
-      fail(labels_path, detail::concat("not an idx1 label file: magic 0x", std::hex, magic,
+      fail(labels_name, detail::concat("not an idx1 label file: magic 0x", std::hex, magic,
                                        ", expected 0x", kLabelsMagic));
     }
-    const int64_t count =
-        checked_dimension(labels_path, file.read_u32("header"), kMaxCount, "label count");
+    const int64_t count = checked_dimension(labels_name, header.next(), kMaxCount, "label count");
     if (count != set.count) {
-      fail(labels_path, detail::concat("has ", count, " labels but ", images_path, " has ",
+      fail(labels_name, detail::concat("has ", count, " labels but ", images_name, " has ",
                                        set.count, " images"));
     }
-    set.labels.resize(static_cast<size_t>(count));
-    file.read(set.labels.data(), set.labels.size(), "label data");
-    file.expect_end();
+    const auto data = header.data(static_cast<uint64_t>(count), "label data");
+    set.labels.assign(data.begin(), data.end());
     for (size_t i = 0; i < set.labels.size(); ++i) {
       if (set.labels[i] >= num_classes) {
-        fail(labels_path, detail::concat("label ", int{set.labels[i]}, " of example ", i,
+        fail(labels_name, detail::concat("label ", int{set.labels[i]}, " of example ", i,
                                          " is not below ", num_classes));
       }
     }

@@ -32,11 +32,18 @@ struct ImageSet {
   int64_t image_size() const { return rows * cols; }
 };
 
-// Reads an idx3 image file and its idx1 label file (gzip-compressed or plain). Validates magic
-// numbers, dimensions, label range (< num_classes) and exact length. Throws dgc::DataError naming
-// the file and what was wrong, and saying to install dataset-fashion-mnist or pass --data.
+// Reads an idx3 image file and its idx1 label file (gzip-compressed or plain) and parses them
+// with parse_idx. Throws dgc::DataError naming the file and what was wrong, and saying to install
+// dataset-fashion-mnist or pass --data.
 ImageSet read_idx(const std::string& images_path, const std::string& labels_path,
                   int num_classes = 10);
+
+// Parses the bytes of an idx3 image file and an idx1 label file (uncompressed). Validates magic
+// numbers, dimensions, label range (< num_classes) and exact length before allocating anything
+// the header announces. Throws dgc::DataError naming `images_name` / `labels_name` as above.
+ImageSet parse_idx(std::span<const uint8_t> images, std::span<const uint8_t> labels,
+                   const std::string& images_name, const std::string& labels_name,
+                   int num_classes = 10);
 
 // The files of `split` in `directory`: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz.
 std::pair<std::string, std::string> fashion_mnist_files(const std::string& directory, Split split);

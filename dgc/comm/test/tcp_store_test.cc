@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dgc/comm/launch.h"
+#include "dgc/comm/tcp_store_service.h"
 #include "dgc/comm/test/test_process.h"
 #include "dgc/core/error.h"
 
@@ -162,6 +163,80 @@ TEST(TcpStore, GarbageFromAStrangerDoesNotHurtTheStore) {
   ::close(fd);
   master.set("still", bytes("works"));
   EXPECT_EQ(master.get("still"), bytes("works"));
+}
+
+// The request handling on bytes alone (tcp_store_service.h): what the socket loop relies on.
+std::vector<uint8_t> frame(uint8_t op, const std::vector<uint8_t>& fields) {
+  std::vector<uint8_t> out;
+  const auto n = static_cast<uint32_t>(1 + fields.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  out.push_back(op);
+  out.insert(out.end(), fields.begin(), fields.end());
+  return out;
+}
+
+std::vector<uint8_t> field(const std::string& s) {
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(s.size() >> (8 * i)));
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+std::vector<uint8_t> hello(int32_t rank, int32_t world_size) {
+  std::vector<uint8_t> fields;
+  for (int32_t v : {rank, world_size}) {
+    for (int i = 0; i < 4; ++i) fields.push_back(static_cast<uint8_t>(uint32_t(v) >> (8 * i)));
+  }
+  return frame(1, fields);
+}
+
+TEST(TcpStoreService, HandlesAFrameOnlyOnceItIsComplete) {
+  TcpStoreService service("127.0.0.1:1", 2);
+  TcpStoreService::Connection c;
+  std::vector<uint8_t> bytes = hello(1, 2);
+  std::vector<uint8_t> fields = field("key");
+  const auto value = field("value");
+  fields.insert(fields.end(), value.begin(), value.end());
+  const auto set = frame(2, fields);
+  // Lengths of the two frames' bodies are little endian u32s; set's is 1 + 7 + 9 = 17.
+  ASSERT_EQ(set[0], 17);
+  bytes.insert(bytes.end(), set.begin(), set.end());
+  for (size_t i = 0; i < bytes.size(); ++i) {  // one byte at a time, as recv() may deliver them
+    c.in.push_back(bytes[i]);
+    ASSERT_TRUE(service.process_frames(c)) << "after byte " << i;
+    const size_t replies = c.out.size() / 5;  // each reply is a 5-byte status frame here
+    EXPECT_EQ(replies, i + 1 < 13 ? 0u : (i + 1 < bytes.size() ? 1u : 2u)) << "after byte " << i;
+  }
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_TRUE(c.in.empty());
+  EXPECT_EQ(service.key_count(), 1u);
+  EXPECT_EQ(service.stored_bytes(), 3u + 5u);
+}
+
+TEST(TcpStoreService, DropsBadFramesAndRequestsBeforeHello) {
+  TcpStoreService service("127.0.0.1:1", 2);
+  {
+    TcpStoreService::Connection c;
+    c.in = frame(3, field("key"));  // GET before HELLO
+    EXPECT_FALSE(service.process_frames(c));
+    EXPECT_TRUE(c.dead);
+    EXPECT_TRUE(c.out.empty());
+  }
+  {
+    TcpStoreService::Connection c;
+    const uint32_t n = TcpStoreService::kMaxFrameBytes + 1;  // over the bound: not even read
+    for (int i = 0; i < 4; ++i) c.in.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    EXPECT_FALSE(service.process_frames(c));
+  }
+  {
+    TcpStoreService::Connection c;
+    c.in = hello(0, 2);
+    const auto bad = frame(2, {0xff, 0xff, 0xff, 0x7f});  // a key longer than its frame
+    c.in.insert(c.in.end(), bad.begin(), bad.end());
+    EXPECT_FALSE(service.process_frames(c));
+    EXPECT_EQ(c.out.size(), 5u);  // the HELLO's reply only
+    EXPECT_EQ(service.key_count(), 0u);
+  }
 }
 
 }  // namespace

@@ -209,10 +209,11 @@ inline std::vector<std::vector<Selection>> gather_unapplied(comm::Communicator& 
       at += 4;
       s.indices.resize(count);
       s.values.resize(count);
-      std::memcpy(s.indices.data(), m.data() + at, 4 * count);
-      at += 4 * count;
-      std::memcpy(s.values.data(), m.data() + at, 4 * count);
-      at += 4 * count;
+      if (count > 0) {  // an empty vector's data() may be null, which memcpy must not see
+        std::memcpy(s.indices.data(), m.data() + at, 4 * count);
+        std::memcpy(s.values.data(), m.data() + at + 4 * count, 4 * count);
+      }
+      at += 8 * count;
     }
     all.push_back(std::move(theirs));
   }

@@ -69,35 +69,7 @@ std::string prepare_body(const std::string& bible) {
                                    (first_line.empty() ? "" : ": " + first_line),
                                    "); the KJV corpus comes from it: ", kInstall));
   }
-  std::istringstream in(output);
-  std::string line;
-  std::string body;
-  int64_t verses = 0;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    // "Ge1:1 In the beginning ...": a reference (book, chapter:verse), a space, the text.
-    const size_t space = line.find(' ');
-    const size_t colon = line.find(':');
-    if (space == std::string::npos || colon == std::string::npos || colon > space) {
-      throw DataError(detail::concat("unexpected line ", verses + 1, " from '", bible, "': '",
-                                     line.substr(0, 80),
-                                     "' (expected 'Ge1:1 In the beginning"
-                                     " ...'); ",
-                                     kInstall));
-    }
-    const auto words = tokenize(std::string_view(line).substr(space + 1));
-    std::string joined;
-    for (const auto& w : words) joined += (joined.empty() ? "" : " ") + w;
-    body += joined;
-    body += '\n';
-    ++verses;
-  }
-  if (verses != kVerses) {
-    throw DataError(detail::concat("'", bible, "' printed ", verses, " verses, expected ", kVerses,
-                                   " (Genesis 1:1 to Revelation 22:21); ", kInstall));
-  }
-  return body;
+  return corpus_body(output, bible);
 }
 
 std::string header_for(std::string_view body) {
@@ -128,22 +100,60 @@ void write_cache(const fs::path& path, const std::string& content) {
   }
 }
 
-std::vector<std::string> parse_cache(const fs::path& path, const std::string& content) {
+}  // namespace
+
+std::string corpus_body(std::string_view bible_output, const std::string& bible) {
+  std::istringstream in{std::string(bible_output)};
+  std::string line;
+  std::string body;
+  int64_t verses = 0;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    // "Ge1:1 In the beginning ...": a reference (book, chapter:verse), a space, the text.
+    const size_t space = line.find(' ');
+    const size_t colon = line.find(':');
+    if (space == std::string::npos || colon == std::string::npos || colon > space) {
+      throw DataError(detail::concat("unexpected line ", verses + 1, " from '", bible, "': '",
+                                     line.substr(0, 80),
+                                     "' (expected 'Ge1:1 In the beginning"
+                                     " ...'); ",
+                                     kInstall));
+    }
+    const auto words = tokenize(std::string_view(line).substr(space + 1));
+    std::string joined;
+    for (const auto& w : words) joined += (joined.empty() ? "" : " ") + w;
+    body += joined;
+    body += '\n';
+    ++verses;
+  }
+  if (verses != kVerses) {
+    throw DataError(detail::concat("'", bible, "' printed ", verses, " verses, expected ", kVerses,
+                                   " (Genesis 1:1 to Revelation 22:21); ", kInstall));
+  }
+  return body;
+}
+
+std::string corpus_file_content(std::string_view body) {
+  return header_for(body) + "\n" + std::string(body);
+}
+
+std::vector<std::string> parse_corpus_file(std::string_view content, const std::string& path) {
   const auto corrupt = [&](const std::string& what) {
-    return DataError("the KJV corpus cache " + path.string() + " is corrupt (" + what +
+    return DataError("the KJV corpus cache " + path + " is corrupt (" + what +
                      "): delete it and it is prepared again on the next run");
   };
   const size_t end_of_header = content.find('\n');
-  if (end_of_header == std::string::npos) throw corrupt("no header line");
-  const std::string header = content.substr(0, end_of_header);
-  const std::string_view body = std::string_view(content).substr(end_of_header + 1);
+  if (end_of_header == std::string_view::npos) throw corrupt("no header line");
+  const std::string header(content.substr(0, end_of_header));
+  const std::string_view body = content.substr(end_of_header + 1);
   if (header.rfind("dgc-kjv-corpus ", 0) != 0) throw corrupt("no 'dgc-kjv-corpus' header");
   if (header != header_for(body)) {
     throw corrupt("header '" + header + "' does not match the content, expected '" +
                   header_for(body) + "'");
   }
   std::vector<std::string> verses;
-  verses.reserve(static_cast<size_t>(kVerses));
+  verses.reserve(static_cast<size_t>(std::count(body.begin(), body.end(), '\n')));
   size_t begin = 0;
   while (begin < body.size()) {
     const size_t end = body.find('\n', begin);
@@ -156,8 +166,6 @@ std::vector<std::string> parse_cache(const fs::path& path, const std::string& co
   }
   return verses;
 }
-
-}  // namespace
 
 std::vector<std::string> tokenize(std::string_view text) {
   std::vector<std::string> words;
@@ -201,8 +209,7 @@ std::vector<std::string> load_verses(const std::string& cache_dir, const std::st
       throw DataError("cannot create the cache directory " + cache_dir + " (" + error.message() +
                       "): pass a writable one (--cache-dir DIR)");
     }
-    const std::string body = prepare_body(bible);
-    write_cache(path, header_for(body) + "\n" + body);
+    write_cache(path, corpus_file_content(prepare_body(bible)));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -211,7 +218,7 @@ std::vector<std::string> load_verses(const std::string& cache_dir, const std::st
   }
   std::ostringstream content;
   content << in.rdbuf();
-  return parse_cache(path, content.str());
+  return parse_corpus_file(content.str(), path.string());
 }
 
 Part part_of(int64_t verse) {

@@ -55,6 +55,17 @@ std::string default_cache_dir();
 std::vector<std::string> load_verses(const std::string& cache_dir,
                                      const std::string& bible = "bible");
 
+// The parsers under load_verses, on bytes (tested and fuzzed on their own):
+// The cache file's body (one tokenized verse per line) from what `bible -f 'Gen1:1-Rev22:21'`
+// printed; `bible` names the program in messages. Throws dgc::DataError on an unexpected line or
+// verse count.
+std::string corpus_body(std::string_view bible_output, const std::string& bible);
+// The cache file's content for `body`: the header line, then the body.
+std::string corpus_file_content(std::string_view body);
+// The verses of a cache file's content. Throws dgc::DataError naming `path` when the header,
+// checksum, line structure or verse count is wrong.
+std::vector<std::string> parse_corpus_file(std::string_view content, const std::string& path);
+
 enum class Part : uint8_t { kTrain, kValidation, kTest };
 Part part_of(int64_t verse);
 const char* to_string(Part part);

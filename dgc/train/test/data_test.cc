@@ -191,6 +191,52 @@ TEST(FashionMnist, RejectsTrailingBytesBadMagicBadLabelsAndCountMismatch) {
   }
 }
 
+TEST(FashionMnist, RejectsAHeaderAnnouncingMoreThanTheFileHoldsBeforeAllocating) {
+  // 100,000,000 images of 4096 x 4096 announced, none present: the reader used to allocate the
+  // announced 1.6 PB pixel buffer first (std::bad_alloc, not a DataError). The fuzz regression
+  // input fuzz/regressions/idx/huge_header is the same file.
+  TempDir dir;
+  std::vector<uint8_t> images = be32(0x803);
+  for (uint32_t v : {100'000'000u, 4096u, 4096u}) {
+    const auto b = be32(v);
+    images.insert(images.end(), b.begin(), b.end());
+  }
+  write_gz(dir.file("huge.gz"), images);
+  write_set(dir, 7, 7);
+  const std::string message =
+      data_error([&] { read_idx(dir.file("huge.gz"), dir.file("labels.gz")); });
+  EXPECT_NE(message.find("huge.gz"), std::string::npos) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+  // The same through the byte parser, with a label file announcing as many labels.
+  std::vector<uint8_t> labels = be32(0x801);
+  const auto n = be32(100'000'000u);
+  labels.insert(labels.end(), n.begin(), n.end());
+  EXPECT_NE(data_error([&] { parse_idx(images, labels, "images", "labels"); }).find("truncated"),
+            std::string::npos);
+}
+
+TEST(FashionMnist, ParsesBytesLikeTheFileReader) {
+  std::vector<uint8_t> images = be32(0x803);
+  for (uint32_t v : {2u, 1u, 3u}) {
+    const auto b = be32(v);
+    images.insert(images.end(), b.begin(), b.end());
+  }
+  for (uint8_t p : {1, 2, 3, 4, 5, 6}) images.push_back(p);
+  std::vector<uint8_t> labels = be32(0x801);
+  const auto n = be32(2);
+  labels.insert(labels.end(), n.begin(), n.end());
+  labels.push_back(9);
+  labels.push_back(0);
+  const ImageSet set = parse_idx(images, labels, "images", "labels");
+  EXPECT_EQ(set.count, 2);
+  EXPECT_EQ(set.image_size(), 3);
+  EXPECT_EQ(set.pixels, (std::vector<uint8_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(set.labels, (std::vector<uint8_t>{9, 0}));
+  labels.back() = 10;
+  EXPECT_NE(data_error([&] { parse_idx(images, labels, "images", "labels"); }).find("label 10"),
+            std::string::npos);
+}
+
 TEST(EpochPermutation, IsAPermutationFixedBySeedAndEpoch) {
   for (int64_t n : {0, 1, 2, 17, 1000}) {
     const auto p = epoch_permutation(n, 7, 0);

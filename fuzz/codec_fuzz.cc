@@ -1,0 +1,128 @@
+// The wire decoder (dgc/core/codec.h) on messages from a peer.
+//
+// Input: one byte of options, then the message. Option bit 0 set: the checksums and the payload
+// length in the header are recomputed before decoding, so that mutations reach the payload
+// parser instead of stopping at the checksum. Bits 1-2: the receiver's layout (one of four).
+//
+// Promises checked: validation throws nothing but dgc::DecodeError; an accepted message's
+// elements are inside the layout, strictly increasing per tensor entry, finite, and as many as
+// MessageInfo::element_count says; decode_add adds exactly what the element visitor reports
+// (same order, bitwise); re-encoding the decoded entries with MessageWriter gives the same bytes
+// (the encoding is canonical).
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "dgc/core/codec.h"
+#include "dgc/core/error.h"
+#include "fuzz/fuzz_check.h"
+
+namespace {
+
+using dgc::DecodeError;
+using dgc::ValidatedMessage;
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+uint32_t crc(const uint8_t* data, size_t size) {
+  return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), data, static_cast<uInt>(size)));
+}
+
+// Header fields (codec.h): payload_bytes at 20, payload crc at 24, header crc at 28 over [0, 28).
+void fix_header(std::vector<uint8_t>& message) {
+  if (message.size() < dgc::kMessageHeaderBytes) return;
+  const size_t payload = message.size() - dgc::kMessageHeaderBytes;
+  put_u32(message.data() + 20, static_cast<uint32_t>(payload));
+  put_u32(message.data() + 24, crc(message.data() + dgc::kMessageHeaderBytes, payload));
+  put_u32(message.data() + 28, crc(message.data(), 28));
+}
+
+const std::vector<uint64_t>& layout(int which) {
+  static const std::vector<std::vector<uint64_t>> layouts = {
+      {1, 5, 300, 4096}, {1}, {}, {2, 2, 70000}};
+  return layouts[static_cast<size_t>(which)];
+}
+
+struct Entry {
+  uint32_t tensor = 0;
+  std::vector<uint32_t> indices;
+  std::vector<float> values;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const uint8_t options = data[0];
+  std::vector<uint8_t> message(data + 1, data + size);
+  if (options & 1) fix_header(message);
+  const std::vector<uint64_t>& numels = layout((options >> 1) & 3);
+
+  std::optional<ValidatedMessage> validated;
+  if (!dgc::fuzz::accepted<DecodeError>(
+          [&] { validated.emplace(ValidatedMessage::validate(message, numels)); })) {
+    return 0;
+  }
+  const dgc::MessageInfo info = validated->info();
+
+  // The elements as the visitor reports them, cut into entries where a tensor entry must end
+  // (another tensor, or an index that does not increase).
+  std::vector<Entry> entries;
+  uint64_t elements = 0;
+  dgc::for_each_element(*validated, [&](uint32_t tensor, uint64_t index, float value) {
+    FUZZ_CHECK(tensor < numels.size(), "tensor %u of %zu", tensor, numels.size());
+    FUZZ_CHECK(index < numels[tensor], "index %llu of %llu", (unsigned long long)index,
+               (unsigned long long)numels[tensor]);
+    FUZZ_CHECK(std::isfinite(value), "value %g", value);
+    if (entries.empty() || entries.back().tensor != tensor ||
+        entries.back().indices.back() >= index) {
+      entries.push_back(Entry{tensor, {}, {}});
+    }
+    entries.back().indices.push_back(static_cast<uint32_t>(index));
+    entries.back().values.push_back(value);
+    ++elements;
+  });
+  FUZZ_CHECK(elements == info.element_count, "visited %llu, info says %llu",
+             (unsigned long long)elements, (unsigned long long)info.element_count);
+
+  // decode_add against the visitor, bitwise.
+  std::vector<std::vector<float>> added(numels.size()), expected(numels.size());
+  std::vector<std::span<float>> outputs;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    added[t].assign(static_cast<size_t>(numels[t]), 0.5f);
+    expected[t] = added[t];
+    outputs.emplace_back(added[t]);
+  }
+  const float scale = 0.25f;
+  std::vector<std::vector<uint64_t>> written(numels.size());
+  dgc::decode_add(*validated, outputs, scale, written);
+  dgc::for_each_element(*validated, [&](uint32_t tensor, uint64_t index, float value) {
+    expected[tensor][index] += scale * value;
+  });
+  uint64_t written_count = 0;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    FUZZ_CHECK(std::memcmp(added[t].data(), expected[t].data(), added[t].size() * 4) == 0,
+               "decode_add differs from the visitor in tensor %zu", t);
+    written_count += written[t].size();
+  }
+  FUZZ_CHECK(written_count == info.element_count, "written %llu of %llu",
+             (unsigned long long)written_count, (unsigned long long)info.element_count);
+
+  // Canonical encoding: only entries with at least one element can be rebuilt from the visitor;
+  // a message with empty entries is compared on its element count alone.
+  if (info.tensor_count == entries.size()) {
+    dgc::MessageWriter writer(info.value_type, info.iteration);
+    for (const Entry& e : entries) writer.add(e.tensor, numels[e.tensor], e.indices, e.values);
+    writer.set_flags(info.flags);
+    std::vector<uint8_t> again;
+    writer.finish(again);
+    FUZZ_CHECK(again == message, "re-encoding the decoded message gives other bytes (%zu vs %zu)",
+               again.size(), message.size());
+  }
+  return 0;
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing part of the test command (docs/reliability.md), in build folders of
+# their own, without libtorch, Python and MPI:
+#   build-asan  gcc, AddressSanitizer (leak detection on) + UndefinedBehaviorSanitizer (halts on
+#               the first finding): the core, comm and exchange suites, the fuzz regression replays
+#   build-fuzz  clang, libFuzzer + ASan/UBSan: every fuzz target for DGC_FUZZ_SECONDS (10) seconds
+#   build-tsan  gcc, ThreadSanitizer: the thread-pool and exchange suites
+# scripts/test.sh runs it after the main suite; it can also be run alone (after
+# scripts/setup.sh --no-build). Uses ccache when it is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc)
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# For every process the tests start, workers included. Suppressions: only the files named here,
+# each entry with the reason (scripts/sanitizers/).
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitizers/tsan.supp"
+# The 10^6-element cases of the step test take a third of the core suite's time under ASan and
+# run the same code as the smaller cases; the main build runs them.
+asan_excluded='^Large/'
+
+start=$(date +%s)
+echo "== ASan + UBSan (gcc): core, comm, exchange, fuzz regressions (build-asan)"
+cmake --preset asan "${launcher[@]}" >/dev/null
+cmake --build build-asan -j "$jobs"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600 \
+  -L '^(core|comm|exchange|regression)$' -E "$asan_excluded"
+asan_done=$(date +%s)
+
+echo "== libFuzzer (clang, ASan + UBSan): every target for its bounded time (build-fuzz)"
+cmake --preset fuzz "${launcher[@]}" >/dev/null
+cmake --build build-fuzz -j "$jobs" --target dgc_fuzzers
+ctest --test-dir build-fuzz --output-on-failure -j "$jobs" -L '^fuzz$'
+fuzz_done=$(date +%s)
+# libFuzzer's final statistics per target, from ctest's log (docs/reliability.md's table).
+awk '/Testing: fuzz\./ { target = $NF }
+     /^stat::number_of_executed_units/ { runs[target] = $2 }
+     /^stat::average_exec_per_sec/ { rate[target] = $2 }
+     END { for (t in runs) printf "%-16s %10d executions %8d per second\n", t, runs[t], rate[t] }' \
+  build-fuzz/Testing/Temporary/LastTest.log | sort
+
+echo "== TSan (gcc): thread pool, exchange (build-tsan)"
+cmake --preset tsan "${launcher[@]}" >/dev/null
+cmake --build build-tsan -j "$jobs" --target core_thread_pool_test exchange_test exchange_worker
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 600 -R '^ThreadPool\.'
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 600 -L '^exchange$'
+tsan_done=$(date +%s)
+
+echo "reliability: asan+ubsan build and suites $((asan_done - start)) s, fuzz build and runs" \
+     "$((fuzz_done - asan_done)) s, tsan build and suites $((tsan_done - fuzz_done)) s"
