@@ -21,17 +21,7 @@ for text in '"benchmark":"step"' '"model":"cnn"' '"workers":2' '"profile":"100mb
 done
 grep -q "^| 100mbit | cnn | 2 | 0.050 s | " "$out/step_slow_network.md" ||
   { echo "FAIL: no table row"; cat "$out/step_slow_network.md"; exit 1; }
-for chart in replay-step-time replay-step-speedup; do
-  for ext in png svg; do
-    [ -s "$out/plots/$chart.$ext" ] || { echo "FAIL: $chart.$ext missing"; exit 1; }
-  done
-done
+expect_charts "$out/plots" replay-step-time replay-step-speedup
 # The namespaces this run created (named in its log) are gone.
-tags="$(sed -nE 's/^slow_network: namespaces (dgcbench[0-9]+)br .*/\1/p' "$out/log")"
-[ -n "$tags" ] || { echo "FAIL: the script did not name its namespaces"; exit 1; }
-for tag in $tags; do
-  if ip netns list | grep -q "^$tag"; then
-    echo "FAIL: namespaces $tag* left behind:"; ip netns list; exit 1
-  fi
-done
+expect_namespaces_removed "$out/log"
 echo "PASS"

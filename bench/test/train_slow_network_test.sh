@@ -33,17 +33,7 @@ for run in dense dgc; do
 done
 grep -q '"compression":"none"' "$out/100mbit/dense.jsonl" || { echo "FAIL: the dense run was not dense"; exit 1; }
 grep -q '"compression":"dgc"' "$out/100mbit/dgc.jsonl" || { echo "FAIL: the DGC run was not DGC"; exit 1; }
-for chart in train-100mbit-test_accuracy-epoch train-100mbit-test_accuracy-time; do
-  for ext in png svg; do
-    [ -s "$out/100mbit/plots/$chart.$ext" ] || { echo "FAIL: $chart.$ext missing"; exit 1; }
-  done
-done
+expect_charts "$out/100mbit/plots" train-100mbit-test_accuracy-epoch train-100mbit-test_accuracy-time
 # The namespaces this run created (named in its log) are gone.
-tags="$(sed -nE 's/^slow_network: namespaces (dgcbench[0-9]+)br .*/\1/p' "$out/log")"
-[ -n "$tags" ] || { echo "FAIL: the script did not name its namespaces"; exit 1; }
-for tag in $tags; do
-  if ip netns list | grep -q "^$tag"; then
-    echo "FAIL: namespaces $tag* left behind:"; ip netns list; exit 1
-  fi
-done
+expect_namespaces_removed "$out/log"
 echo "PASS"
