@@ -1,6 +1,7 @@
 // Gloo's rendezvous through a key-value store, for the stores that live outside
 // gloo_communicator.cc: libtorch's c10d::TCPStore (dgc::comm_torch, c10d_store.cc) joins here, so
-// that dgc::comm itself does not link libtorch. Internal to dgc's libraries: not installed.
+// that dgc::comm itself does not link libtorch. For dgc's own libraries; installed with the other
+// headers, like c10d_store.h it needs gloo's headers.
 #pragma once
 
 #include <cstdint>
