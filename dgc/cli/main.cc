@@ -6,6 +6,9 @@
 
 #include "dgc/cli/commands.h"
 #include "dgc/core/error.h"
+#if DGC_WITH_TORCH
+#include "dgc/comm/c10d_store.h"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -13,6 +16,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", DGC_VERSION);
   app.require_subcommand(1);
 #if DGC_WITH_TORCH
+  // The TCP rendezvous meets in libtorch's store, so that ranks can join torchrun's agent store.
+  dgc::comm::use_c10d_store();
   dgc::cli::add_train(app);
 #endif
 #if DGC_BUILD_BENCHMARKS

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "dgc/comm/gloo_rendezvous.h"
 #include "dgc/core/error.h"
 
 namespace dgc::comm {
@@ -268,5 +269,24 @@ bool C10dStore::check(const std::vector<std::string>& keys) {
 int64_t C10dStore::add(const std::string& key, int64_t delta) {
   return call("add", [&] { return impl_->store->add(key, delta); });
 }
+
+namespace {
+
+std::unique_ptr<Communicator> connect_gloo_c10d(const TcpRendezvous& where, int rank,
+                                                int world_size, const GlooOptions& options) {
+  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
+  DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
+  const bool serve = !where.agent_store && rank == 0;
+  C10dStore store(where, serve, rank, world_size, options.timeout);
+  GlooRendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
+                    store.description(),
+                    [&store](const std::string& k, int64_t delta) { return store.add(k, delta); },
+                    serve};
+  return connect_gloo_rendezvous(rv, rank, world_size, options, store.local_address());
+}
+
+}  // namespace
+
+void use_c10d_store() { set_tcp_connector(&connect_gloo_c10d); }
 
 }  // namespace dgc::comm

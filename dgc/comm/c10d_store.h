@@ -1,6 +1,7 @@
 // Gloo's rendezvous::Store over libtorch's c10d::TCPStore: the store torchrun's agent serves and
-// PyTorch's workers use. Built only with libtorch (DGC_WITH_TORCH); the c10d headers stay in
-// c10d_store.cc.
+// PyTorch's workers use. In dgc::comm_torch, built only with libtorch (DGC_WITH_TORCH); the c10d
+// headers stay in c10d_store.cc. dgc::comm itself does not link libtorch (a process that loads
+// libtorch pays about a second of start-up): a program opts in with use_c10d_store().
 //
 // Contract:
 //   - `serve`: this process binds MASTER_PORT (all interfaces) and serves the store until the
@@ -27,6 +28,12 @@
 #include "dgc/comm/launch.h"
 
 namespace dgc::comm {
+
+// From now on connect_gloo_tcp() (and so connect() under torchrun or MASTER_ADDR/MASTER_PORT)
+// meets in libtorch's c10d::TCPStore, and can join the store of torchrun's agent; without this
+// call it uses dgc's own TcpStore. Call it before any rank connects (main() of the dgc program
+// does).
+void use_c10d_store();
 
 class C10dStore final : public gloo::rendezvous::Store {
  public:

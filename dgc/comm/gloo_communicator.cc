@@ -48,12 +48,9 @@
 #include <sstream>
 #include <thread>
 
+#include "dgc/comm/gloo_rendezvous.h"
 #include "dgc/comm/launch.h"
-#if DGC_WITH_TORCH
-#include "dgc/comm/c10d_store.h"
-#else
 #include "dgc/comm/tcp_store.h"
-#endif
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
 #include "dgc/core/key_value.h"
@@ -61,6 +58,7 @@
 namespace dgc::comm {
 namespace {
 
+using Rendezvous = GlooRendezvous;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -115,16 +113,6 @@ class DirectoryStore final : public gloo::rendezvous::FileStore {
 };
 
 // A store plus a non-blocking presence check, and a description for error messages.
-struct Rendezvous {
-  gloo::rendezvous::Store& store;
-  std::function<bool(const std::string&)> has;
-  std::string description;
-  // Atomic add (returns the new value), where the store has one; empty otherwise.
-  std::function<int64_t(const std::string&, int64_t)> add = {};
-  // This process serves the store: it must outlive every other rank's use of it.
-  bool serving = false;
-};
-
 constexpr const char* kAbortKey = "dgc.abort";
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -692,46 +680,42 @@ std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, in
   return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout);
 }
 
-#if DGC_WITH_TORCH
-bool have_c10d_store() { return true; }
+namespace {
+// Set by use_c10d_store() (dgc::comm_torch); null: dgc's own TcpStore.
+TcpConnector tcp_connector = nullptr;
+}  // namespace
 
-std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
-                                               int world_size, const GlooOptions& options) {
-  DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
-  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
-  DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
-  const bool serve = !where.agent_store && rank == 0;
-  C10dStore store(where, serve, rank, world_size, options.timeout);
-  Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
-                store.description(),
-                [&store](const std::string& k, int64_t delta) { return store.add(k, delta); },
-                serve};
-  const std::string hostname = !options.hostname.empty()        ? options.hostname
-                               : !store.local_address().empty() ? store.local_address()
-                                                                : this_host();
+void set_tcp_connector(TcpConnector connect) { tcp_connector = connect; }
+
+bool have_c10d_store() { return tcp_connector != nullptr; }
+
+std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, int rank,
+                                                      int world_size, const GlooOptions& options,
+                                                      const std::string& local_address) {
+  const std::string hostname = !options.hostname.empty() ? options.hostname
+                               : !local_address.empty()  ? local_address
+                                                         : this_host();
   return connect_gloo(rv, rank, world_size, hostname, options.timeout);
 }
-#else
-bool have_c10d_store() { return false; }
 
 std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
                                                int world_size, const GlooOptions& options) {
   DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
+  if (tcp_connector) return tcp_connector(where, rank, world_size, options);
   if (where.agent_store) {
     throw CommError(
-        "this build of dgc has no libtorch (configured with DGC_WITH_TORCH=OFF), so it cannot "
-        "join the store of torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True): use a build "
-        "with libtorch, or start the ranks with the four variables and no agent (rank 0 serves)");
+        "this process uses dgc's own TCP store, which cannot join the store of torchrun's "
+        "agent (TORCHELASTIC_USE_AGENT_STORE=True); libtorch's store comes with "
+        "dgc::comm_torch (use_c10d_store(), as the dgc program of a build with libtorch "
+        "does): use that, or start the ranks with the four variables and no agent (rank 0 "
+        "serves)");
   }
   TcpStore store(where.master_addr, where.master_port, rank, world_size, options.timeout);
   Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
                 detail::concat("the TCP store at ", where.master_addr, ":", where.master_port)};
-  const std::string hostname = !options.hostname.empty()        ? options.hostname
-                               : !store.local_address().empty() ? store.local_address()
-                                                                : this_host();
   std::unique_ptr<Communicator> comm;
   try {
-    comm = connect_gloo(rv, rank, world_size, hostname, options.timeout);
+    comm = connect_gloo_rendezvous(rv, rank, world_size, options, store.local_address());
   } catch (const MismatchError&) {
     store.linger_after_refusal(options.timeout);
     throw;
@@ -739,6 +723,5 @@ std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int r
   store.close(options.timeout);
   return comm;
 }
-#endif
 
 }  // namespace dgc::comm

@@ -9,9 +9,6 @@
 #include <thread>
 
 #include "dgc/comm/launch.h"
-#if DGC_WITH_TORCH
-#include "dgc/comm/c10d_store.h"
-#endif
 #include "dgc/comm/test/test_process.h"
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
@@ -453,40 +450,16 @@ TEST(Rendezvous, MissingRanksAreNamedAtTheTimeout) {
   }
 }
 
-#if DGC_WITH_TORCH
-// Two ranks as clients of a store served by someone else, as torchrun's agent serves it: each
-// attempt of a restarted run writes under its own prefix, so attempt 1 meets on the same store
-// as attempt 0; an attempt that reused attempt 0's keys would find its ranks already claimed.
-TEST(Rendezvous, AgentStoreKeepsTheAttemptsOfARunApart) {
-  const int port = test::free_port();
-  C10dStore agent({"127.0.0.1", port, false, "agent"}, /*serve=*/true, 0, 1, milliseconds(10000));
-  auto attempt = [&](int number) {
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          const TcpRendezvous where{"127.0.0.1", port, /*agent_store=*/true,
-                                    "dgc/job/attempt_" + std::to_string(number)};
-          auto comm = connect_gloo_tcp(where, r, 2, quick(milliseconds(3000)));
-          std::vector<float> values = {static_cast<float>(r + 1)};
-          comm->allreduce_sum(values);
-          if (values[0] != 3.0f) errors[r] = "wrong sum";
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    return errors;
-  };
-  EXPECT_EQ(attempt(0), (std::vector<std::string>{"", ""}));
-  EXPECT_EQ(attempt(1), (std::vector<std::string>{"", ""}));
-  for (const auto& e : attempt(1)) {
-    EXPECT_NE(e.find("two processes were started with RANK="), std::string::npos) << e;
+TEST(Rendezvous, DgcsOwnStoreRefusesTorchrunsAgentStoreWithWhatToDo) {
+  ASSERT_FALSE(have_c10d_store()) << "dgc::comm alone must not switch to libtorch's store";
+  const TcpRendezvous where{"127.0.0.1", test::free_port(), /*agent_store=*/true, "dgc"};
+  try {
+    connect_gloo_tcp(where, 0, 1, quick(milliseconds(600)));
+    FAIL() << "dgc's own store cannot be torchrun's agent store";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("use_c10d_store()"), std::string::npos) << e.what();
   }
 }
-#endif
 
 TEST(RunLocal, RejectsABadWorldSize) {
   EXPECT_THROW(run_local(0, quick(), [](Communicator&) {}), InvalidArgument);
