@@ -302,8 +302,7 @@ PYBIND11_MODULE(_C, m) {
             s.step().set_skipped_steps(total, consecutive);
           },
           py::arg("total"), py::arg("consecutive"))
-      .def_property_readonly("skipped_steps",
-                             [](dp::Step& s) { return s.step().skipped_steps(); })
+      .def_property_readonly("skipped_steps", [](dp::Step& s) { return s.step().skipped_steps(); })
       .def_property_readonly("warmup_iterations",
                              [](dp::Step& s) { return s.step().warmup_iterations(); })
       .def_property_readonly("settings", [](dp::Step& s) { return s.step().settings(); })

@@ -153,7 +153,8 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.exchange = parse_exchange_algorithm(cmd.exchange);
   opt.dense_path = train::parse_dense_path(cmd.dense_path);
   opt.on_nonfinite = train::parse_nonfinite_policy(cmd.on_nonfinite);
-  if (sub.count("--max-consecutive-skips") > 0 && opt.on_nonfinite != train::NonFinitePolicy::kSkip) {
+  if (sub.count("--max-consecutive-skips") > 0 &&
+      opt.on_nonfinite != train::NonFinitePolicy::kSkip) {
     throw InvalidArgument(
         "--max-consecutive-skips bounds --on-nonfinite skip: add --on-nonfinite skip, or drop it");
   }
@@ -272,11 +273,12 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
       callbacks.on_skipped_step = [&](const train::SkippedStep& k) {
         std::lock_guard<std::mutex> lock(print_mutex);
         printer.break_line();
-        std::fprintf(stderr,
-                     "dgc train: skipped iteration %lld (epoch %d): non-finite gradient on %d of %d "
-                     "rank(s), nothing applied (%lld skipped so far)\n",
-                     static_cast<long long>(k.iteration), k.epoch, k.bad_ranks, k.world_size,
-                     static_cast<long long>(k.skipped_steps));
+        std::fprintf(
+            stderr,
+            "dgc train: skipped iteration %lld (epoch %d): non-finite gradient on %d of %d "
+            "rank(s), nothing applied (%lld skipped so far)\n",
+            static_cast<long long>(k.iteration), k.epoch, k.bad_ranks, k.world_size,
+            static_cast<long long>(k.skipped_steps));
         std::fflush(stderr);
       };
       callbacks.on_epoch = [&](const train::EpochMetrics& m) {

@@ -177,8 +177,8 @@ void Compressor::stage(size_t t, std::span<const float> grad, double density, Se
   staged_velocity_[t].resize(n);
   is_staged_[t] = 1;
   try {
-    run_step(t, grad, density, out, staged_momentum_[t], staged_velocity_[t],
-             momentum_[t].data(), velocity_[t].data(), staged_rng_);
+    run_step(t, grad, density, out, staged_momentum_[t], staged_velocity_[t], momentum_[t].data(),
+             velocity_[t].data(), staged_rng_);
   } catch (...) {
     stage_failed_ = true;
     throw;

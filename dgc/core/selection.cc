@@ -119,8 +119,8 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
     if (count == 0) continue;
     // Narrow down to the sub-blocks with a hit (the block is in L1), then gather.
     for (size_t sub = block; sub < block + kBlock; sub += kSub) {
-      if (update_and_count<detail::Update::kNone, kSub>(nullptr, v + sub, nullptr, nullptr,
-                                                        nullptr, m, threshold)) {
+      if (update_and_count<detail::Update::kNone, kSub>(nullptr, v + sub, nullptr, nullptr, nullptr,
+                                                        m, threshold)) {
         gather(v, sub, sub + kSub, threshold, out);
       }
     }
@@ -153,10 +153,10 @@ void pass_part(const detail::PassTarget& t, size_t begin, size_t end, float thre
                  ? pass_range<detail::Update::kPlain, true>(t, begin, end, threshold, sample, out)
                  : pass_range<detail::Update::kPlain>(t, begin, end, threshold, sample, out);
     case detail::Update::kNesterov:
-      return out_of_place ? pass_range<detail::Update::kNesterov, true>(t, begin, end, threshold,
-                                                                         sample, out)
-                          : pass_range<detail::Update::kNesterov>(t, begin, end, threshold,
-                                                                  sample, out);
+      return out_of_place
+                 ? pass_range<detail::Update::kNesterov, true>(t, begin, end, threshold, sample,
+                                                               out)
+                 : pass_range<detail::Update::kNesterov>(t, begin, end, threshold, sample, out);
   }
 }
 

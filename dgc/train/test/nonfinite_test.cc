@@ -151,7 +151,8 @@ TEST_P(NonFinitePolicyTest, NothingOfTheBadStepIsAppliedOnAnyRank) {
     ASSERT_TRUE(r.run(gradients(rank, 1)));
     const auto before = r.state();
     const std::string rng_before = r.step.rng_state();
-    const auto grads = rank == bad_rank ? bad_gradients(rank, kBad, std::nanf("")) : gradients(rank, kBad);
+    const auto grads =
+        rank == bad_rank ? bad_gradients(rank, kBad, std::nanf("")) : gradients(rank, kBad);
     if (skip) {
       EXPECT_FALSE(r.run(grads)) << "rank " << rank;
       ++skipped;
@@ -200,18 +201,17 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                         info.param.world, "ranks_", to_string(info.param.dense_path));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Worlds, NonFinitePolicyTest,
-    ::testing::Values(Case{1, NonFinitePolicy::kStop, DensePath::kGrouped},
-                      Case{2, NonFinitePolicy::kStop, DensePath::kFloat16},
-                      Case{4, NonFinitePolicy::kStop, DensePath::kGrouped},
-                      Case{1, NonFinitePolicy::kSkip, DensePath::kGrouped},
-                      Case{2, NonFinitePolicy::kSkip, DensePath::kGrouped},
-                      Case{2, NonFinitePolicy::kSkip, DensePath::kFloat16},
-                      Case{2, NonFinitePolicy::kSkip, DensePath::kExact},
-                      Case{4, NonFinitePolicy::kSkip, DensePath::kGrouped},
-                      Case{4, NonFinitePolicy::kSkip, DensePath::kBFloat16}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Worlds, NonFinitePolicyTest,
+                         ::testing::Values(Case{1, NonFinitePolicy::kStop, DensePath::kGrouped},
+                                           Case{2, NonFinitePolicy::kStop, DensePath::kFloat16},
+                                           Case{4, NonFinitePolicy::kStop, DensePath::kGrouped},
+                                           Case{1, NonFinitePolicy::kSkip, DensePath::kGrouped},
+                                           Case{2, NonFinitePolicy::kSkip, DensePath::kGrouped},
+                                           Case{2, NonFinitePolicy::kSkip, DensePath::kFloat16},
+                                           Case{2, NonFinitePolicy::kSkip, DensePath::kExact},
+                                           Case{4, NonFinitePolicy::kSkip, DensePath::kGrouped},
+                                           Case{4, NonFinitePolicy::kSkip, DensePath::kBFloat16}),
+                         case_name);
 
 // An infinity on every rank at once is skipped too, and a velocity that overflows (a finite but
 // huge gradient) is reported like a bad gradient: skipped, nothing kept.
