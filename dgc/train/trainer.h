@@ -10,8 +10,8 @@
 // checkpoint_keep (so a complete older set exists while a newer one is being written). Each file
 // holds the model's parameters and buffers, the optimizer's momenta, the compressor's
 // momentum/velocity per tensor and its RNG state, the iteration, the number of finished epochs,
-// the byte and skipped-step counters and the run's settings; a file written inside an epoch also holds the
-// epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's start, the
+// the byte and skipped-step counters and the run's settings; a file written inside an epoch also
+// holds the epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's start, the
 // training and exchange seconds so far) and the task's carried state (TaskWorker::save_state: the
 // lm task's LSTM state and dropout generator). The data order needs no stored state: a task's
 // state per epoch is a function of (seed, rank, epoch) (task.h).
