@@ -14,6 +14,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +116,10 @@ struct Case {
   NonFinitePolicy policy;
   DensePath dense_path;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << to_string(c.policy) << ", " << c.world << " ranks, dense path " << to_string(c.dense_path);
+}
 
 class NonFinitePolicyTest : public ::testing::TestWithParam<Case> {};
 
