@@ -50,7 +50,8 @@ OptimizerOptions make_options(const std::string& compression, double density, do
                               const std::string& value_type, int64_t min_compress_numel,
                               bool compress_1d, const std::string& exchange, uint64_t seed,
                               double timeout_seconds, const std::string& dense_path,
-                              double dense_path_density, const std::string& clip_scaling) {
+                              double dense_path_density, const std::string& clip_scaling,
+                              const std::string& on_nonfinite, int64_t max_consecutive_skips) {
   DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
             iterations_per_epoch, " (pass the length of the training data loader)");
   DGC_CHECK(warmup_stages >= 0, "warmup_stages must be >= 0, got ", warmup_stages);
@@ -79,6 +80,10 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   o.clip_scaling = parse_clip_scaling(clip_scaling);
   o.dense_path = train::parse_dense_path(dense_path);
   o.dense_path_density = dense_path_density;
+  o.on_nonfinite = train::parse_nonfinite_policy(on_nonfinite);
+  DGC_CHECK(max_consecutive_skips >= 1, "max_consecutive_skips must be at least 1, got ",
+            max_consecutive_skips);
+  o.max_consecutive_skips = max_consecutive_skips;
   // The learning rate belongs to the user's optimizer; the C++ reference runs use it constant.
   o.lr.warmup_epochs = 0;
   o.lr.decay = LearningRateSchedule::Decay::kConstant;
@@ -141,8 +146,9 @@ class Step {
       : comm_(comm::connect_process_group(std::move(group), group_options(options, device))),
         step_(*comm_, named_shapes(names, shapes), options, run_settings) {}
 
-  // grads[i], weights[i]: tensor i of the layout. The directions are written into grads.
-  void run(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& weights) {
+  // grads[i], weights[i]: tensor i of the layout. The directions are written into grads (zeros
+  // when every rank skipped the step: then returns false).
+  bool run(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& weights) {
     const auto& layout = step_.layout();
     DGC_CHECK_EQ(grads.size(), layout.size(), "gradient tensors (one per parameter)");
     DGC_CHECK_EQ(weights.size(), layout.size(), "weight tensors (one per parameter)");
@@ -157,13 +163,15 @@ class Step {
       grad_spans.push_back(span_of(host_grads.back()));
       weight_spans.push_back(span_of(host_weights.back()));
     }
+    bool taken = false;
     {
       py::gil_scoped_release release;
-      step_.run(grad_spans, weight_spans, grad_spans);
+      taken = step_.run(grad_spans, weight_spans, grad_spans);
     }
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!host_grads[i].is_same(grads[i])) grads[i].copy_(host_grads[i].view_as(grads[i]));
     }
+    return taken;
   }
 
   train::DistributedStep& step() { return step_; }
@@ -265,7 +273,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("min_compress_numel") = 1024, py::arg("compress_1d") = false,
            py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0,
            py::arg("dense_path") = "grouped", py::arg("dense_path_density") = 0.1,
-           py::arg("clip_scaling") = "paper")
+           py::arg("clip_scaling") = "paper", py::arg("on_nonfinite") = "stop",
+           py::arg("max_consecutive_skips") = 10)
       .def("describe", [](const dgc::train::OptimizerOptions& o) { return describe(o); })
       .def("__repr__", [](const dgc::train::OptimizerOptions& o) {
         return "dgc.Options(\n" + describe(o) + ")";
@@ -283,6 +292,17 @@ PYBIND11_MODULE(_C, m) {
           "iteration", [](dp::Step& s) { return s.step().iteration(); },
           [](dp::Step& s, int64_t i) { s.step().set_iteration(i); })
       .def_property_readonly("density", [](dp::Step& s) { return s.step().density(); })
+      .def_property_readonly("last_bad_ranks",
+                             [](dp::Step& s) { return s.step().last_bad_ranks(); })
+      .def_property_readonly("consecutive_skips",
+                             [](dp::Step& s) { return s.step().consecutive_skips(); })
+      .def(
+          "set_skipped_steps",
+          [](dp::Step& s, int64_t total, int64_t consecutive) {
+            s.step().set_skipped_steps(total, consecutive);
+          },
+          py::arg("total"), py::arg("consecutive"))
+      .def_property_readonly("skipped_steps", [](dp::Step& s) { return s.step().skipped_steps(); })
       .def_property_readonly("warmup_iterations",
                              [](dp::Step& s) { return s.step().warmup_iterations(); })
       .def_property_readonly("settings", [](dp::Step& s) { return s.step().settings(); })

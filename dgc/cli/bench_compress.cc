@@ -7,7 +7,15 @@
 //   - bandwidth_bound_seconds: one fused pass `u = m*u + g; v += u` over buffers of the same
 //     size: the least any DGC step can cost, since it must read g, u, v and write u, v once;
 //   - exact_topk_seconds: dgc::select_exact (nth_element over all magnitudes) of the same k on
-//     the velocity left after the last step.
+//     the velocity left after the last step;
+//   - state_copy_seconds: copying u and v aside (what a distributed step did before every step so
+//     that it could roll back when another rank's gradient was not finite), and
+//     staged_seconds: the same step as `seconds` through Compressor::stage() + commit() (the
+//     step written into a second pair of buffers, then a swap: no copy) on a second compressor
+//     fed the same gradients, whose selection is checked equal to the in-place one.
+//     copy_and_step_seconds: the median of the per-step sums seconds + state_copy_seconds, the
+//     compressor's part of a distributed step before staging; staged_saving_fraction =
+//     1 - staged_seconds / copy_and_step_seconds.
 // Gradients: a few pre-generated buffers of approximately normal values (sum of four uniforms),
 // cycled, so the velocity evolves as in training. The message is validated once (untimed).
 #include <algorithm>
@@ -100,6 +108,8 @@ void run_bench_compress(const BenchCompressOptions& o) {
       o.selection == "exact" ? SelectionMethod::kExact : SelectionMethod::kSampled;
   options.seed = o.seed;
   Compressor compressor({o.numel}, options);
+  Compressor staged({o.numel}, options);
+  std::vector<float> saved_u(n), saved_v(n);
   const float m = static_cast<float>(options.momentum.momentum);
 
   std::vector<std::vector<float>> grads(static_cast<size_t>(o.gradients), std::vector<float>(n));
@@ -125,12 +135,27 @@ void run_bench_compress(const BenchCompressOptions& o) {
     writer.finish(message);
   };
 
+  Selection staged_selection;
+  auto staged_step = [&](int iteration) {
+    staged.stage(0, grads[static_cast<size_t>(iteration) % grads.size()], o.density,
+                 staged_selection);
+    staged.commit();
+  };
+  auto copy_state = [&] {
+    const auto u = compressor.momentum(0);
+    const auto v = compressor.velocity(0);
+    std::copy(u.begin(), u.end(), saved_u.begin());
+    std::copy(v.begin(), v.end(), saved_v.begin());
+  };
+
   const int warmup = o.warmup;
   for (int i = 0; i < warmup; ++i) {
     dgc_step(i);
+    staged_step(i);
+    copy_state();
     bound_pass(grads[static_cast<size_t>(i) % grads.size()]);
   }
-  std::vector<double> step_times, bound_times;
+  std::vector<double> step_times, bound_times, copy_times, staged_times, copy_and_step_times;
   size_t selected_total = 0, bytes_total = 0;
   int rounds_total = 0, hierarchical_steps = 0;
   for (int r = 0; r < o.repeat; ++r) {
@@ -142,6 +167,19 @@ void run_bench_compress(const BenchCompressOptions& o) {
     bytes_total += message.size();
     rounds_total += selection.rounds;
     hierarchical_steps += selection.hierarchical;
+
+    start = Clock::now();
+    staged_step(iteration);
+    staged_times.push_back(seconds_since(start));
+    if (staged_selection.indices != selection.indices ||
+        staged_selection.values != selection.values) {
+      throw Error("bench compress: the staged step selected other elements than the in-place one");
+    }
+
+    start = Clock::now();
+    copy_state();
+    copy_times.push_back(seconds_since(start));
+    copy_and_step_times.push_back(step_times.back() + copy_times.back());
 
     start = Clock::now();
     bound_pass(grads[static_cast<size_t>(iteration) % grads.size()]);
@@ -186,6 +224,12 @@ void run_bench_compress(const BenchCompressOptions& o) {
       {"seconds", seconds},
       {"bandwidth_bound_seconds", bound},
       {"exact_topk_seconds", median(exact_times)},
+      {"staged_seconds", median(staged_times)},
+      {"state_copy_seconds", median(copy_times)},
+      {"copy_and_step_seconds", median(copy_and_step_times)},
+      {"staged_ratio_to_in_place", median(staged_times) / seconds},
+      {"state_copy_fraction_of_step", median(copy_times) / seconds},
+      {"staged_saving_fraction", 1.0 - median(staged_times) / median(copy_and_step_times)},
       {"ratio_to_bound", seconds / bound},
       {"exact_topk_ratio_to_bound", median(exact_times) / bound},
       {"k", k},

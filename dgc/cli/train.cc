@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -52,6 +53,7 @@ struct TrainCommand {
   std::string clip_scaling = "paper";
   std::string exchange = "allgather";
   std::string dense_path = train::to_string(train::OptimizerOptions{}.dense_path);
+  std::string on_nonfinite = train::to_string(train::OptimizerOptions{}.on_nonfinite);
   std::string lr_decay = "cosine";
   std::string metrics;
   std::string progress = "auto";
@@ -114,6 +116,7 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
   json.update({{"lr", m.lr},
                {"density", m.density},
                {"iterations", m.iterations},
+               {"skipped_steps", m.skipped_steps},
                {"bytes_sent", m.bytes.message},
                {"message_bytes_compressed", m.bytes.message_compressed},
                {"message_bytes_dense_path", m.bytes.message_dense_path},
@@ -149,6 +152,12 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.clip_scaling = parse_clip_scaling(cmd.clip_scaling);
   opt.exchange = parse_exchange_algorithm(cmd.exchange);
   opt.dense_path = train::parse_dense_path(cmd.dense_path);
+  opt.on_nonfinite = train::parse_nonfinite_policy(cmd.on_nonfinite);
+  if (sub.count("--max-consecutive-skips") > 0 &&
+      opt.on_nonfinite != train::NonFinitePolicy::kSkip) {
+    throw InvalidArgument(
+        "--max-consecutive-skips bounds --on-nonfinite skip: add --on-nonfinite skip, or drop it");
+  }
   opt.lr.decay = parse_decay(cmd.lr_decay);
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
@@ -261,6 +270,17 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         std::lock_guard<std::mutex> lock(print_mutex);
         printer.update(p);
       };
+      callbacks.on_skipped_step = [&](const train::SkippedStep& k) {
+        std::lock_guard<std::mutex> lock(print_mutex);
+        printer.break_line();
+        std::fprintf(
+            stderr,
+            "dgc train: skipped iteration %lld (epoch %d): non-finite gradient on %d of %d "
+            "rank(s), nothing applied (%lld skipped so far)\n",
+            static_cast<long long>(k.iteration), k.epoch, k.bad_ranks, k.world_size,
+            static_cast<long long>(k.skipped_steps));
+        std::fflush(stderr);
+      };
       callbacks.on_epoch = [&](const train::EpochMetrics& m) {
         std::lock_guard<std::mutex> lock(print_mutex);
         printer.epoch(m);
@@ -308,6 +328,10 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
           format_bytes(static_cast<double>(s.total.wire_sent)).c_str(),
           format_bytes(static_cast<double>(s.total.wire_received)).c_str(),
           format_bytes(static_cast<double>(s.total.dense_wire_sent)).c_str());
+      if (opt.on_nonfinite == train::NonFinitePolicy::kSkip || s.skipped_steps > 0) {
+        std::printf("  skipped steps (non-finite gradient): %lld\n",
+                    static_cast<long long>(s.skipped_steps));
+      }
       std::printf("  wall time: %s\n", format_duration(s.seconds).c_str());
       if (!options.checkpoint.empty()) {
         const auto steps = train::checkpoint_steps(options.checkpoint, 0);
@@ -442,6 +466,17 @@ void add_train(CLI::App& app) {
   sub->add_option("--dense-path-density", opt.dense_path_density,
                   "Density of the dense-path group after warm-up (--dense-path grouped)")
       ->check(CLI::Range(1e-9, 1.0))
+      ->capture_default_str();
+  sub->add_option("--on-nonfinite", cmd->on_nonfinite,
+                  "When any worker's gradient holds NaN or Inf: stop (every worker stops with an "
+                  "error, nothing applied) or skip (every worker skips the step: nothing applied, "
+                  "the iteration moves on, the step is counted in skipped_steps)")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
+  sub->add_option("--max-consecutive-skips", opt.max_consecutive_skips,
+                  "With --on-nonfinite skip: the most steps skipped in a row; one more bad step "
+                  "stops the run")
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   sub->add_option("--min-compress-numel", opt.policy.min_numel,
                   "Tensors with fewer elements go dense")

@@ -67,6 +67,17 @@ void round_with_residual(std::span<float> values, std::span<float> residual, Val
   }
 }
 
+void round_with_residual(std::span<float> values, std::span<const float> residual,
+                         std::span<float> next_residual, ValueType type) {
+  DGC_CHECK_EQ(values.size(), residual.size(), "one residual per value");
+  DGC_CHECK_EQ(next_residual.size(), residual.size(), "one new residual per residual");
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float x = values[i] + residual[i];
+    values[i] = round_to(x, type);
+    next_residual[i] = x - values[i];
+  }
+}
+
 Compressor::Compressor(std::vector<int64_t> numels, CompressionOptions options)
     : numels_(std::move(numels)), options_(options), rng_(options.seed) {
   check_options(options_);
@@ -79,6 +90,9 @@ Compressor::Compressor(std::vector<int64_t> numels, CompressionOptions options)
     momentum_.emplace_back(static_cast<size_t>(numels_[t]), 0.0f);
     velocity_.emplace_back(static_cast<size_t>(numels_[t]), 0.0f);
   }
+  staged_momentum_.resize(numels_.size());
+  staged_velocity_.resize(numels_.size());
+  is_staged_.assign(numels_.size(), 0);
 }
 
 Compressor::Compressor(const Compressor& other)
@@ -86,7 +100,10 @@ Compressor::Compressor(const Compressor& other)
       options_(other.options_),
       momentum_(other.momentum_),
       velocity_(other.velocity_),
-      rng_(other.rng_) {}
+      rng_(other.rng_),
+      staged_momentum_(other.numels_.size()),
+      staged_velocity_(other.numels_.size()),
+      is_staged_(other.numels_.size(), 0) {}
 
 Compressor& Compressor::operator=(const Compressor& other) {
   if (this != &other) {
@@ -95,6 +112,11 @@ Compressor& Compressor::operator=(const Compressor& other) {
     momentum_ = other.momentum_;
     velocity_ = other.velocity_;
     rng_ = other.rng_;
+    staged_momentum_.assign(numels_.size(), {});
+    staged_velocity_.assign(numels_.size(), {});
+    is_staged_.assign(numels_.size(), 0);
+    staged_rng_active_ = false;
+    stage_failed_ = false;
     workspace_.reset();
   }
   return *this;
@@ -111,6 +133,7 @@ Compressor::Workspace& Compressor::workspace() {
 
 void Compressor::return_to_velocity(size_t t, const Selection& unapplied) {
   DGC_CHECK_LT(t, velocity_.size(), "no such tensor");
+  DGC_CHECK(!is_staged_[t], "tensor ", t, " has a staged step: commit() it first");
   DGC_CHECK_EQ(unapplied.indices.size(), unapplied.values.size(), "one value per index");
   std::vector<float>& v = velocity_[t];
   for (size_t j = 0; j < unapplied.indices.size(); ++j) {
@@ -138,9 +161,55 @@ std::span<const float> Compressor::velocity(size_t t) const {
 
 void Compressor::step(size_t t, std::span<const float> grad, double density, Selection& out) {
   DGC_CHECK_LT(t, numels_.size(), "no such tensor");
+  DGC_CHECK(!is_staged_[t], "tensor ", t, " has a staged step: commit() or discard() it first");
+  run_step(t, grad, density, out, momentum_[t], velocity_[t], nullptr, nullptr, rng_);
+}
+
+void Compressor::stage(size_t t, std::span<const float> grad, double density, Selection& out) {
+  DGC_CHECK_LT(t, numels_.size(), "no such tensor");
+  DGC_CHECK(!is_staged_[t], "tensor ", t, " is staged twice: commit() or discard() first");
+  if (!staged_rng_active_) {
+    staged_rng_ = rng_;  // 2.5 KB: the one copy a staged step makes
+    staged_rng_active_ = true;
+  }
+  const size_t n = velocity_[t].size();
+  staged_momentum_[t].resize(n);
+  staged_velocity_[t].resize(n);
+  is_staged_[t] = 1;
+  try {
+    run_step(t, grad, density, out, staged_momentum_[t], staged_velocity_[t], momentum_[t].data(),
+             velocity_[t].data(), staged_rng_);
+  } catch (...) {
+    stage_failed_ = true;
+    throw;
+  }
+}
+
+void Compressor::commit() {
+  if (stage_failed_) {
+    throw InvalidArgument(
+        "a staged step threw (non-finite values): its state is unusable, discard() it");
+  }
+  for (size_t t = 0; t < is_staged_.size(); ++t) {
+    if (!is_staged_[t]) continue;
+    momentum_[t].swap(staged_momentum_[t]);
+    velocity_[t].swap(staged_velocity_[t]);
+    is_staged_[t] = 0;
+  }
+  if (staged_rng_active_) rng_ = staged_rng_;
+  staged_rng_active_ = false;
+}
+
+void Compressor::discard() {
+  std::fill(is_staged_.begin(), is_staged_.end(), uint8_t{0});
+  staged_rng_active_ = false;
+  stage_failed_ = false;
+}
+
+void Compressor::run_step(size_t t, std::span<const float> grad, double density, Selection& out,
+                          std::vector<float>& u, std::vector<float>& v, const float* source_u,
+                          const float* source_v, std::mt19937_64& rng) {
   DGC_CHECK(density > 0.0 && density <= 1.0, "density must be in (0, 1], got ", density);
-  std::vector<float>& u = momentum_[t];
-  std::vector<float>& v = velocity_[t];
   DGC_CHECK_EQ(grad.size(), v.size(), "gradient of tensor ", t, " has the wrong length");
   const size_t n = v.size();
   const MomentumOptions& mo = options_.momentum;
@@ -159,12 +228,14 @@ void Compressor::step(size_t t, std::span<const float> grad, double density, Sel
   target.momentum = u.data();
   target.grad = grad.data();
   target.m = static_cast<float>(mo.momentum);
+  target.source_momentum = source_u;
+  target.source_velocity = source_v;
 
   const size_t k = target_count(n, density);
   try {
     if (options_.selection.method == SelectionMethod::kSampled) {
       work.histories.resize(numels_.size());
-      detail::sampled_select(target, k, density, options_.selection, rng_, out, parts, pool,
+      detail::sampled_select(target, k, density, options_.selection, rng, out, parts, pool,
                              work.scratch, /*reset_on_nonfinite=*/true, &work.histories[t]);
     } else {
       // The update pass with an infinite threshold gathers only non-finite elements.

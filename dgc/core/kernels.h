@@ -65,6 +65,11 @@ inline float update_one(float& u, float& v, float g, float m) {
 }
 
 // The velocity buffer and, when `update` is not kNone, the momentum update applied to it first.
+// Out of place (source_momentum and source_velocity set, both or neither): the update reads u and
+// v from the sources and writes them to `momentum` and `velocity`, with the same arithmetic
+// (update_one on copies), so the results are bit for bit those of the in-place update and the
+// memory traffic is the same (read u, v, g; write u, v). The sources are never written; they may
+// not overlap the destinations. Every later read of the pass (sample, gather) is of `velocity`.
 struct PassTarget {
   float* velocity = nullptr;
   size_t size = 0;
@@ -72,6 +77,8 @@ struct PassTarget {
   float* momentum = nullptr;    // required unless update == kNone
   const float* grad = nullptr;  // required unless update == kNone
   float m = 0.0f;
+  const float* source_momentum = nullptr;  // out of place: u before the step
+  const float* source_velocity = nullptr;  // out of place: v before the step
 };
 
 // Reusable buffers for one tensor's pass (avoid allocation on the hot path).

@@ -33,10 +33,27 @@ struct PartOutput {
   size_t cap;
 };
 
+// One element's update, in place (su, sv unused) or out of place (from su, sv into u, v).
+template <detail::Update kUpdate, bool kOutOfPlace>
+inline float update_at(float* __restrict u, float* __restrict v, const float* __restrict su,
+                       const float* __restrict sv, const float* __restrict g, float m, size_t i) {
+  if constexpr (kOutOfPlace) {
+    float uu = su[i];
+    float vv = sv[i];
+    const float vi = detail::update_one<kUpdate>(uu, vv, g[i], m);
+    u[i] = uu;
+    v[i] = vv;
+    return vi;
+  } else {
+    return detail::update_one<kUpdate>(u[i], v[i], g[i], m);
+  }
+}
+
 // Updates (if kUpdate) and counts !(|v| < threshold) over `size` elements: NaN counts too.
 // With a compile-time `size` the loop vectorises without a remainder.
-template <detail::Update kUpdate, size_t kSize>
+template <detail::Update kUpdate, size_t kSize, bool kOutOfPlace = false>
 inline uint32_t update_and_count(float* __restrict u, float* __restrict v,
+                                 const float* __restrict su, const float* __restrict sv,
                                  const float* __restrict g, float m, float threshold) {
   uint32_t count = 0;
   for (size_t i = 0; i < kSize; ++i) {
@@ -44,7 +61,7 @@ inline uint32_t update_and_count(float* __restrict u, float* __restrict v,
     if constexpr (kUpdate == detail::Update::kNone) {
       vi = v[i];
     } else {
-      vi = detail::update_one<kUpdate>(u[i], v[i], g[i], m);
+      vi = update_at<kUpdate, kOutOfPlace>(u, v, su, sv, g, m, i);
     }
     count += !(std::fabs(vi) < threshold);
   }
@@ -67,13 +84,15 @@ inline void gather(const float* v, size_t begin, size_t end, float threshold, Pa
   }
 }
 
-template <detail::Update kUpdate>
+template <detail::Update kUpdate, bool kOutOfPlace = false>
 void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float threshold,
                 const detail::SampleSpec* sample, PartOutput out) {
   constexpr size_t kBlock = detail::kBlock;
   constexpr size_t kSub = detail::kSubBlock;
   float* __restrict v = t.velocity;
   float* __restrict u = t.momentum;
+  const float* __restrict su = t.source_momentum;
+  const float* __restrict sv = t.source_velocity;
   const float* __restrict g = t.grad;
   const float m = t.m;
   // The sample positions inside [begin, end): start + i * stride for i in [next, last).
@@ -93,13 +112,15 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
   };
   size_t block = begin;
   for (; block + kBlock <= end; block += kBlock) {
-    const uint32_t count =
-        update_and_count<kUpdate, kBlock>(u + block, v + block, g + block, m, threshold);
+    const uint32_t count = update_and_count<kUpdate, kBlock, kOutOfPlace>(
+        u + block, v + block, kOutOfPlace ? su + block : nullptr,
+        kOutOfPlace ? sv + block : nullptr, g + block, m, threshold);
     take_sample(block + kBlock);
     if (count == 0) continue;
     // Narrow down to the sub-blocks with a hit (the block is in L1), then gather.
     for (size_t sub = block; sub < block + kBlock; sub += kSub) {
-      if (update_and_count<detail::Update::kNone, kSub>(nullptr, v + sub, nullptr, m, threshold)) {
+      if (update_and_count<detail::Update::kNone, kSub>(nullptr, v + sub, nullptr, nullptr, nullptr,
+                                                        m, threshold)) {
         gather(v, sub, sub + kSub, threshold, out);
       }
     }
@@ -111,7 +132,7 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
   }
   for (size_t i = block; i < end; ++i) {  // the last partial block
     if constexpr (kUpdate != detail::Update::kNone)
-      detail::update_one<kUpdate>(u[i], v[i], g[i], m);
+      update_at<kUpdate, kOutOfPlace>(u, v, su, sv, g, m, i);
   }
   take_sample(end);
   gather(v, block, end, threshold, out);
@@ -123,13 +144,19 @@ void pass_part(const detail::PassTarget& t, size_t begin, size_t end, float thre
   out.values.clear();
   out.nonfinite.clear();
   out.overflowed = 0;
+  const bool out_of_place = t.source_velocity != nullptr;
   switch (t.update) {
     case detail::Update::kNone:
       return pass_range<detail::Update::kNone>(t, begin, end, threshold, sample, out);
     case detail::Update::kPlain:
-      return pass_range<detail::Update::kPlain>(t, begin, end, threshold, sample, out);
+      return out_of_place
+                 ? pass_range<detail::Update::kPlain, true>(t, begin, end, threshold, sample, out)
+                 : pass_range<detail::Update::kPlain>(t, begin, end, threshold, sample, out);
     case detail::Update::kNesterov:
-      return pass_range<detail::Update::kNesterov>(t, begin, end, threshold, sample, out);
+      return out_of_place
+                 ? pass_range<detail::Update::kNesterov, true>(t, begin, end, threshold, sample,
+                                                               out)
+                 : pass_range<detail::Update::kNesterov>(t, begin, end, threshold, sample, out);
   }
 }
 
@@ -340,6 +367,8 @@ void sampled_select(const PassTarget& target, size_t k, double density,
   k = std::min(k, n);
   PassTarget read_only = target;
   read_only.update = Update::kNone;
+  read_only.source_momentum = nullptr;
+  read_only.source_velocity = nullptr;
 
   float threshold;    // the selection threshold so far
   float gathered_at;  // scratch.hit_* hold every element with |v| >= gathered_at

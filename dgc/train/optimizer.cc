@@ -64,7 +64,7 @@ double DistributedOptimizer::density() const { return step_.density(); }
 
 int64_t DistributedOptimizer::warmup_iterations() const { return step_.warmup_iterations(); }
 
-void DistributedOptimizer::step() {
+bool DistributedOptimizer::step() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   std::vector<torch::Tensor> grads(params_.size());
@@ -86,8 +86,16 @@ void DistributedOptimizer::step() {
     direction_spans.emplace_back(directions_[i]);
   }
   const auto run_start = Clock::now();
-  step_.run(grad_spans, weight_spans, direction_spans);
+  const bool taken = step_.run(grad_spans, weight_spans, direction_spans);
   const auto update_start = Clock::now();
+  const auto& t = step_.last_timings();
+  if (!taken) {
+    // Skipped on every rank: the weights stay as they are (the directions are zero).
+    timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
+    timings_.exchange = t.exchange;
+    timings_.update = t.update;
+    return false;
+  }
 
   // The update, at the learning rate of the step just taken.
   torch::NoGradGuard no_grad;
@@ -99,10 +107,10 @@ void DistributedOptimizer::step() {
     const size_t n = directions_[i].size();
     for (size_t e = 0; e < n; ++e) w[e] -= lr * d[e];
   }
-  const auto& t = step_.last_timings();
   timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
   timings_.exchange = t.exchange;
   timings_.update = t.update + std::chrono::duration<double>(Clock::now() - update_start).count();
+  return true;
 }
 
 void DistributedOptimizer::synchronize_buffers() {
@@ -155,6 +163,8 @@ void DistributedOptimizer::save(CheckpointFile& file) const {
   file.put_text("optimizer/iteration", std::to_string(iteration()));
   file.put_text("optimizer/bytes_total", bytes_text(total_bytes()));
   file.put_text("optimizer/bytes_post_warmup", bytes_text(post_warmup_bytes()));
+  file.put_text("optimizer/skipped_steps", std::to_string(step_.skipped_steps()));
+  file.put_text("optimizer/consecutive_skips", std::to_string(step_.consecutive_skips()));
   for (const auto& p : params_) {
     file.put_array("model/param/" + p.name, "float32", p.tensor.sizes().vec(), p.tensor.data_ptr(),
                    p.tensor.nbytes());
@@ -216,6 +226,11 @@ void DistributedOptimizer::load(const CheckpointFile& file) {
   step_.set_iteration(read_int(file, "optimizer/iteration"));
   step_.set_bytes(read_bytes(file, "optimizer/bytes_total"),
                   read_bytes(file, "optimizer/bytes_post_warmup"));
+  // Absent in checkpoints written before the skip policy: none skipped.
+  if (file.has("optimizer/skipped_steps")) {
+    step_.set_skipped_steps(read_int(file, "optimizer/skipped_steps"),
+                            read_int(file, "optimizer/consecutive_skips"));
+  }
 }
 
 }  // namespace dgc::train

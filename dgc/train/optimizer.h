@@ -35,9 +35,11 @@ class DistributedOptimizer {
   DistributedOptimizer(comm::Communicator& comm, torch::nn::Module& model, OptimizerOptions options,
                        const std::string& run_settings = "");
 
-  // One synchronous step (see the file comment). Throws dgc::NumericError when any rank's
-  // gradient is not finite, dgc::CommError / dgc::DecodeError from the exchange.
-  void step();
+  // One synchronous step (see the file comment). When any rank's gradient is not finite: throws
+  // dgc::NumericError (options.on_nonfinite kStop, or too many skips in a row), or, with kSkip,
+  // applies nothing on every rank and returns false (the iteration advances; skipped_steps()
+  // counts it). dgc::CommError / dgc::DecodeError from the exchange. True when the step was taken.
+  bool step();
 
   // Overwrites every rank's module buffers (BatchNorm running statistics) with rank 0's, in one
   // broadcast. Call before evaluating or checkpointing so every rank holds the same model.
@@ -47,6 +49,10 @@ class DistributedOptimizer {
   void check_agreement();
 
   int64_t iteration() const { return step_.iteration(); }
+  // Steps skipped for a non-finite gradient (NonFinitePolicy::kSkip), over the whole run
+  // (checkpoints carry it), and the ranks that were bad at the last step.
+  int64_t skipped_steps() const { return step_.skipped_steps(); }
+  int last_bad_ranks() const { return step_.last_bad_ranks(); }
   // Learning rate and density the next step() uses.
   double learning_rate() const;
   double density() const;
@@ -73,7 +79,8 @@ class DistributedOptimizer {
   const StepTimings& last_timings() const { return timings_; }
 
   // Adds this rank's parameters, buffers, momenta, DGC velocity/momentum, compressor RNG, the
-  // iteration and the byte counters to `file` (records "model/...", "optimizer/...", "dgc/...").
+  // iteration, the byte counters and the skipped-step counters to `file` (records "model/...",
+  // "optimizer/...", "dgc/...").
   void save(CheckpointFile& file) const;
   // Restores what save() wrote. Throws dgc::DataError naming the file when a record is missing or
   // has the wrong size (a checkpoint of a different model).

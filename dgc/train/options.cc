@@ -68,6 +68,16 @@ std::string to_string(DensePath dense_path) {
   return "exact";
 }
 
+NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
+  if (name == "stop") return NonFinitePolicy::kStop;
+  if (name == "skip") return NonFinitePolicy::kSkip;
+  throw InvalidArgument("unknown non-finite policy '" + name + "': expected stop or skip");
+}
+
+std::string to_string(NonFinitePolicy policy) {
+  return policy == NonFinitePolicy::kSkip ? "skip" : "stop";
+}
+
 std::string describe(const OptimizerOptions& o) {
   std::ostringstream out;
   const auto& c = o.compressor;
@@ -85,7 +95,9 @@ std::string describe(const OptimizerOptions& o) {
       << "lr_step_gamma=" << Num{o.lr.step_gamma} << "\n"
       << "lr_step_epochs=" << Num{o.lr.step_epochs[0]} << "," << Num{o.lr.step_epochs[1]} << ","
       << Num{o.lr.step_epochs[2]} << "," << Num{o.lr.step_epochs[3]} << "\n"
-      << "iterations_per_epoch=" << o.iterations_per_epoch << "\n";
+      << "iterations_per_epoch=" << o.iterations_per_epoch << "\n"
+      << "max_consecutive_skips=" << o.max_consecutive_skips << "\n"
+      << "on_nonfinite=" << to_string(o.on_nonfinite) << "\n";
   if (o.compression == Compression::kDgc) {
     out << "density=" << Num{o.density.density} << "\n"
         << "warmup_epochs=" << Num{o.density.warmup_epochs} << "\n"

@@ -38,6 +38,20 @@ enum class DensePath : uint8_t { kExact, kGrouped, kFloat16, kBFloat16 };
 DensePath parse_dense_path(const std::string& name);
 std::string to_string(DensePath dense_path);
 
+// What every rank does when any rank's gradient is not finite (NaN or infinity) at a step; the
+// decision is collective (each rank's flag travels in its exchange message), and either way
+// nothing of the step is applied: weights, momenta, velocities, the rounding residual and the
+// compressor's RNG stay as before the step.
+//   kStop: every rank throws dgc::NumericError (the run stops; resume from a checkpoint).
+//   kSkip: every rank skips the step: run() returns false with zero directions, the step is
+//          counted (skipped_steps) and the iteration counter advances, as it does for the data
+//          (the bad batch is consumed) and the schedules. More than max_consecutive_skips skips
+//          in a row stop the run as kStop does, so that a diverging run does not skip forever.
+enum class NonFinitePolicy : uint8_t { kStop, kSkip };
+// "stop" | "skip"; anything else throws dgc::InvalidArgument.
+NonFinitePolicy parse_nonfinite_policy(const std::string& name);
+std::string to_string(NonFinitePolicy policy);
+
 struct OptimizerOptions {
   Compression compression = Compression::kDgc;
 
@@ -81,6 +95,11 @@ struct OptimizerOptions {
   // Dense baseline: the averaged gradient is clipped at clip_norm (what dense training does).
   double clip_norm = 0.0;
   ClipScaling clip_scaling = ClipScaling::kPaper;
+
+  // A non-finite gradient on any rank: stop the run, or skip the step on every rank (see
+  // NonFinitePolicy). With kSkip, the most steps skipped in a row before the run stops (>= 1).
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
+  int64_t max_consecutive_skips = 10;
 
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
   int64_t iterations_per_epoch = 1;

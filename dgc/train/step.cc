@@ -50,6 +50,9 @@ DistributedStep::DistributedStep(
   DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
   DGC_CHECK_GE(options_.compressor.momentum.momentum, 0.0, "momentum");
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
+  DGC_CHECK(options_.max_consecutive_skips >= 1,
+            "the most steps skipped in a row (--max-consecutive-skips) must be at least 1, got ",
+            options_.max_consecutive_skips);
 
   const bool dgc = options_.compression == Compression::kDgc;
   layout_ = make_layout(named_shapes, options_.policy);
@@ -93,7 +96,7 @@ DistributedStep::DistributedStep(
   exchange_options.dense_value_type = dense_value_type_;
   if (dense_value_type_ != ValueType::kFloat32) {
     dense_residual_.assign(dense_numel, 0.0f);
-    saved_residual_.assign(dense_numel, 0.0f);
+    next_residual_.assign(dense_numel, 0.0f);
   }
   exchange_ = std::make_unique<Exchange>(comm_, std::move(exchange_layout), exchange_options);
 
@@ -110,8 +113,6 @@ DistributedStep::DistributedStep(
     for (const int64_t n : numels) {
       updates_.emplace_back(static_cast<size_t>(n), 0.0f);
       decay_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
-      saved_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
-      saved_velocity_.emplace_back(static_cast<size_t>(n), 0.0f);
     }
   }
 }
@@ -134,17 +135,7 @@ int64_t DistributedStep::warmup_iterations() const {
                                         static_cast<double>(options_.iterations_per_epoch)));
 }
 
-void DistributedStep::restore_compressor() {
-  for (size_t i = 0; i < saved_momentum_.size(); ++i) {
-    std::copy(saved_momentum_[i].begin(), saved_momentum_[i].end(),
-              compressor_->momentum(i).begin());
-    std::copy(saved_velocity_[i].begin(), saved_velocity_[i].end(),
-              compressor_->velocity(i).begin());
-  }
-  compressor_->rng() = saved_rng_;
-}
-
-void DistributedStep::run(std::span<const std::span<float>> grads,
+bool DistributedStep::run(std::span<const std::span<float>> grads,
                           std::span<const std::span<const float>> weights,
                           std::span<const std::span<float>> directions) {
   using Clock = std::chrono::steady_clock;
@@ -188,22 +179,18 @@ void DistributedStep::run(std::span<const std::span<float>> grads,
       std::fill_n(out, g.size(), 0.0f);
     }
   }
+  // The compressor's step is staged: the committed u, v and RNG stay as they are until the
+  // exchange has told every rank that every gradient was finite (no copy of the state).
   if (compressor_) {
-    for (size_t i = 0; i < selections_.size(); ++i) {
-      const auto m = compressor_->momentum(i);
-      const auto v = compressor_->velocity(i);
-      std::copy(m.begin(), m.end(), saved_momentum_[i].begin());
-      std::copy(v.begin(), v.end(), saved_velocity_[i].begin());
-    }
-    saved_rng_ = compressor_->rng();
+    compressor_->discard();  // a step interrupted by an exception left its staged state
     if (local_ok) {
       try {
         const double d = density();
         for (size_t i = 0; i < compressed_.size(); ++i) {
-          compressor_->step(i, grads[compressed_[i]], d, selections_[i]);
+          compressor_->stage(i, grads[compressed_[i]], d, selections_[i]);
         }
         if (grouped_) {
-          compressor_->step(group(), dense_flat_, dense_path_density(), selections_[group()]);
+          compressor_->stage(group(), dense_flat_, dense_path_density(), selections_[group()]);
         }
       } catch (const NumericError&) {
         // The velocity overflowed: report it like a bad gradient so every rank stops together.
@@ -214,9 +201,8 @@ void DistributedStep::run(std::span<const std::span<float>> grads,
       for (auto& selection : selections_) selection.clear();
     }
   }
-  if (!dense_residual_.empty()) {
-    saved_residual_ = dense_residual_;
-    if (local_ok) round_with_residual(dense_flat_, dense_residual_, dense_value_type_);
+  if (!dense_residual_.empty() && local_ok) {
+    round_with_residual(dense_flat_, dense_residual_, next_residual_, dense_value_type_);
   }
 
   // 3. The exchange.
@@ -231,18 +217,38 @@ void DistributedStep::run(std::span<const std::span<float>> grads,
   timings_.compress = seconds(start, exchange_start);
   timings_.exchange = seconds(exchange_start, exchange_end);
 
-  // 4. A bad gradient anywhere: undo, and every rank stops at this step.
+  // 4. A bad gradient anywhere: nothing of the step is kept, on every rank.
+  last_bad_ranks_ = bad_ranks;
   if (bad_ranks > 0) {
-    if (compressor_) restore_compressor();
-    dense_residual_ = saved_residual_;
-    throw NumericError(detail::concat(
+    if (compressor_) compressor_->discard();
+    const bool skip = options_.on_nonfinite == NonFinitePolicy::kSkip;
+    const std::string what = detail::concat(
         "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
         iteration_, " (epoch ", iteration_ / options_.iterations_per_epoch + 1,
-        "); this rank's gradient was ", local_ok ? "finite" : "not finite",
-        ". Nothing was applied. Lower the learning rate (--lr), enable gradient clipping "
-        "(--clip-norm) or a longer warm-up (--lr-warmup-epochs), and restart from the last "
-        "checkpoint (--resume)"));
+        "); this rank's gradient was ", local_ok ? "finite" : "not finite", ". ");
+    const char* remedy =
+        "Lower the learning rate (--lr), enable gradient clipping (--clip-norm) or a longer "
+        "warm-up (--lr-warmup-epochs), and restart from the last checkpoint (--resume)";
+    if (!skip) throw NumericError(what + "Nothing was applied. " + remedy);
+    if (consecutive_skips_ >= options_.max_consecutive_skips) {
+      throw NumericError(detail::concat(
+          what, "Nothing was applied, and the run stops: ", consecutive_skips_ + 1,
+          " bad steps in a row, more than the ", options_.max_consecutive_skips,
+          " skips in a row --max-consecutive-skips allows (the run diverges). ", remedy));
+    }
+    ++consecutive_skips_;
+    ++skipped_steps_;
+    for (const auto& d : directions) std::fill(d.begin(), d.end(), 0.0f);
+    const ExchangeBytes& last = exchange_->last();
+    total_ += last;
+    if (iteration_ >= warmup_iterations()) post_warmup_ += last;
+    ++iteration_;
+    timings_.update = seconds(exchange_end, Clock::now());
+    return false;
   }
+  consecutive_skips_ = 0;
+  if (compressor_) compressor_->commit();
+  if (!dense_residual_.empty()) dense_residual_.swap(next_residual_);
 
   // What this rank selected but the exchange did not apply stays in its residual.
   for (size_t i = 0; i < unapplied_.size(); ++i) {
@@ -292,6 +298,7 @@ void DistributedStep::run(std::span<const std::span<float>> grads,
   if (iteration_ >= warmup_iterations()) post_warmup_ += last;
   ++iteration_;
   timings_.update = seconds(exchange_end, Clock::now());
+  return true;
 }
 
 std::vector<NamedBuffer<const float>> DistributedStep::state_buffers() const {

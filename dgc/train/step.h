@@ -7,17 +7,24 @@
 //   1. checks that the local gradient is finite (sum of squares), before any state is touched;
 //   2. DGC: clips locally (local_clip_limit, in place in `grads`); dense-path tensors are copied
 //      into one flat buffer; then the Compressor's step per compressed tensor (momentum
-//      correction, selection at the scheduled density, masking). The dense path by
-//      options.dense_path: kGrouped steps the flat buffer as one more compressed tensor at the
-//      dense-path density; kFloat16 / kBFloat16 round it with error feedback (the residual stays on
-//      this rank); kExact leaves it;
+//      correction, selection at the scheduled density, masking), staged: written into the
+//      compressor's second u and v buffers (Compressor::stage), the committed state untouched.
+//      The dense path by options.dense_path: kGrouped steps the flat buffer as one more
+//      compressed tensor at the dense-path density; kFloat16 / kBFloat16 round it with error
+//      feedback (the new residual goes to a second buffer; the residual stays on this rank);
+//      kExact leaves it;
 //   3. the Exchange (options.exchange) of the compressed messages (sum / N) and one average of the
 //      dense buffer (none with kGrouped; 16-bit values with kFloat16 / kBFloat16), this rank's
-//      "gradient ok" flag in the message header; what this rank selected but the exchange did not
-//      apply (sparse-allreduce) goes back into its velocity;
-//   4. if any rank flagged a non-finite gradient: every rank restores the compressor state (and
-//      the rounding residual) it had before the step and throws dgc::NumericError (momenta and
-//      iteration unchanged);
+//      "gradient ok" flag in the message header, so every rank learns how many ranks were bad
+//      without another round;
+//   4. if any rank flagged a non-finite gradient: every rank discards the staged state (nothing of
+//      the step was applied: u, v, the residual, the RNG are as before it) and, by
+//      options.on_nonfinite, throws dgc::NumericError (kStop; momenta and iteration unchanged) or
+//      skips the step (kSkip: zero directions, run() returns false, the iteration advances,
+//      skipped_steps() counts it; more than max_consecutive_skips in a row throw as kStop).
+//      Otherwise every rank commits the staged state (a swap of buffers, no copy), and what this
+//      rank selected but the exchange did not apply (sparse-allreduce) goes back into its
+//      velocity;
 //   5. the direction (the momentum buffers advance here):
 //        compressed tensor, and with kGrouped every dense-path tensor (its slice of the group):
 //                           b = m*b + wd*w; direction = b + update  (Nesterov: wd*w + m*b + update;
@@ -70,9 +77,23 @@ class DistributedStep {
   // layout, each of its numel() elements. grads may be clipped in place; directions may alias
   // grads (the gradients are consumed before any direction is written). Throws
   // dgc::InvalidArgument on a size mismatch, dgc::NumericError when any rank's gradient is not
-  // finite, dgc::CommError / dgc::DecodeError from the exchange.
-  void run(std::span<const std::span<float>> grads, std::span<const std::span<const float>> weights,
+  // finite and options.on_nonfinite is kStop (or the skips in a row exceed
+  // max_consecutive_skips), dgc::CommError / dgc::DecodeError from the exchange. Returns true when
+  // the step was taken, false when every rank skipped it (kSkip): the directions are then zero
+  // (w -= lr * 0 leaves w as it was) and the state is as before the step.
+  bool run(std::span<const std::span<float>> grads, std::span<const std::span<const float>> weights,
            std::span<const std::span<float>> directions);
+
+  // kSkip: the steps skipped so far (restored from checkpoints with set_skipped_steps), those in a
+  // row up to the last step, and the number of ranks whose gradient was not finite at the last
+  // step (0 when it was taken).
+  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t consecutive_skips() const { return consecutive_skips_; }
+  void set_skipped_steps(int64_t total, int64_t consecutive) {
+    skipped_steps_ = total;
+    consecutive_skips_ = consecutive;
+  }
+  int last_bad_ranks() const { return last_bad_ranks_; }
 
   int64_t iteration() const { return iteration_; }
   void set_iteration(int64_t iteration) { iteration_ = iteration; }
@@ -110,8 +131,8 @@ class DistributedStep {
   // ("optimizer/momentum/<tensor>"), the weight-decay momentum b ("optimizer/decay_momentum/..."),
   // the compressor's momentum and velocity ("dgc/momentum/...", "dgc/velocity/..."; the
   // dense-path group is named "[dense-path group]"), the rounding residual
-  // ("optimizer/dense_residual"). The spans
-  // stay valid for the life of the step; writing through them changes the state.
+  // ("optimizer/dense_residual"). The spans stay valid until the next run() (a kept step swaps
+  // the compressor's and the residual's buffers); writing through them changes the state.
   std::vector<NamedBuffer<float>> state_buffers();
   std::vector<NamedBuffer<const float>> state_buffers() const;
   // The compressor's RNG as text (empty with kNone), and its inverse (dgc::InvalidArgument when
@@ -120,7 +141,6 @@ class DistributedStep {
   void set_rng_state(const std::string& text);
 
  private:
-  void restore_compressor();
   size_t group() const { return compressed_.size(); }  // the dense-path group's compressor index
 
   comm::Communicator& comm_;
@@ -145,13 +165,13 @@ class DistributedStep {
   std::vector<std::vector<float>> dense_momentum_;
   std::vector<size_t> dense_offsets_;
   std::vector<float> dense_flat_;
-  // Copy of the compressor state taken before each step, restored on a NumericError.
-  std::vector<std::vector<float>> saved_momentum_;
-  std::vector<std::vector<float>> saved_velocity_;
-  std::mt19937_64 saved_rng_;
-  // kFloat16 / kBFloat16: the rounding residual of the flat buffer, and its copy for a bad step.
+  // kFloat16 / kBFloat16: the rounding residual of the flat buffer, and the one a step writes
+  // (swapped in when the step is kept).
   std::vector<float> dense_residual_;
-  std::vector<float> saved_residual_;
+  std::vector<float> next_residual_;
+  int64_t skipped_steps_ = 0;
+  int64_t consecutive_skips_ = 0;
+  int last_bad_ranks_ = 0;
 
   ExchangeBytes total_;
   ExchangeBytes post_warmup_;

@@ -76,6 +76,7 @@ struct Trainer::EpochProgress {
   ExchangeBytes bytes_before;  // the run's byte counters when the epoch began
   double train_seconds = 0.0;  // the epoch's training steps so far
   double exchange_seconds = 0.0;
+  int64_t skipped_steps = 0;  // skipped in the epoch so far (their losses are not in loss_sum)
 };
 
 Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Task& task)
@@ -147,6 +148,9 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
       resume_progress_->bytes_before = read_bytes(file, "train/epoch_bytes_start");
       resume_progress_->train_seconds = read_double(file, "train/epoch_train_seconds");
       resume_progress_->exchange_seconds = read_double(file, "train/epoch_exchange_seconds");
+      if (file.has("train/epoch_skipped_steps")) {
+        resume_progress_->skipped_steps = read_int(file, "train/epoch_skipped_steps");
+      }
       resume_file_ = std::make_unique<CheckpointFile>(std::move(file));
     }
   }
@@ -287,6 +291,7 @@ void Trainer::save_checkpoint(int epochs_done, const EpochProgress* epoch_progre
     file.put_text("train/epoch_bytes_start", bytes_text(epoch_progress->bytes_before));
     file.put_text("train/epoch_train_seconds", double_text(epoch_progress->train_seconds));
     file.put_text("train/epoch_exchange_seconds", double_text(epoch_progress->exchange_seconds));
+    file.put_text("train/epoch_skipped_steps", std::to_string(epoch_progress->skipped_steps));
     worker_->save_state(file);
   }
   const int64_t step = optimizer_->iteration();
@@ -374,9 +379,23 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       items += batch.items;
       lr = optimizer.learning_rate();
       density = optimizer.density();
-      optimizer.step();
+      const bool taken = optimizer.step();
       progress.exchange_seconds += optimizer.last_timings().exchange;
-      progress.loss_sum += batch.loss.item<double>();
+      if (taken) {
+        progress.loss_sum += batch.loss.item<double>();
+      } else {
+        // Skipped on every rank: its loss (likely not finite) stays out of the epoch's mean.
+        ++progress.skipped_steps;
+        if (rank == 0 && callbacks.on_skipped_step) {
+          SkippedStep skipped;
+          skipped.iteration = optimizer.iteration() - 1;
+          skipped.epoch = epoch + 1;
+          skipped.bad_ranks = optimizer.last_bad_ranks();
+          skipped.world_size = world;
+          skipped.skipped_steps = optimizer.skipped_steps();
+          callbacks.on_skipped_step(skipped);
+        }
+      }
       ++steps_done;
       if (checkpoints && every > 0 && optimizer.iteration() % every == 0 && it + 1 < iterations) {
         const auto checkpoint_start = Clock::now();
@@ -390,7 +409,8 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
         p.epochs = options_.epochs;
         p.iteration = it + 1;
         p.iterations_per_epoch = iterations;
-        p.loss = progress.loss_sum / static_cast<double>(it + 1);
+        p.loss = progress.loss_sum /
+                 static_cast<double>(std::max<int64_t>(it + 1 - progress.skipped_steps, 1));
         const double epoch_seconds = seconds_since(epoch_start);
         p.items_per_second = static_cast<double>(items * world) / std::max(epoch_seconds, 1e-9);
         p.item_unit = unit;
@@ -411,7 +431,11 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
 
     EpochMetrics metrics;
     metrics.epoch = epoch + 1;
-    metrics.train_loss = loss_total[0] / static_cast<double>(iterations * world);
+    // Every rank skipped the same steps.
+    const int64_t taken_steps = iterations - progress.skipped_steps;
+    metrics.train_loss =
+        taken_steps > 0 ? loss_total[0] / static_cast<double>(taken_steps * world) : 0.0;
+    metrics.skipped_steps = progress.skipped_steps;
     metrics.evaluation = evaluation;
     metrics.lr = lr;
     metrics.density = density;
@@ -437,6 +461,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
   }
   summary.total = optimizer.total_bytes();
   summary.post_warmup = optimizer.post_warmup_bytes();
+  summary.skipped_steps = optimizer.skipped_steps();
   summary.seconds = seconds_since(run_start);
   return summary;
 }

@@ -10,11 +10,11 @@
 // checkpoint_keep (so a complete older set exists while a newer one is being written). Each file
 // holds the model's parameters and buffers, the optimizer's momenta, the compressor's
 // momentum/velocity per tensor and its RNG state, the iteration, the number of finished epochs,
-// the byte counters and the run's settings; a file written inside an epoch also holds the
-// epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's start, the
-// training and exchange seconds so far) and the task's carried state (TaskWorker::save_state: the
-// lm task's LSTM state and dropout generator). The data order needs no stored state: a task's
-// state per epoch is a function of (seed, rank, epoch) (task.h).
+// the byte and skipped-step counters and the run's settings; a file written inside an epoch also
+// holds the epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's
+// start, the training and exchange seconds so far, the steps skipped) and the task's carried state
+// (TaskWorker::save_state: the lm task's LSTM state and dropout generator). The data order needs
+// no stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h).
 //
 // --resume picks the newest step every rank has a file of (or resume_step), reads every rank's
 // file, rejects a file of another model, world size or settings, checks that all ranks are at
@@ -105,11 +105,12 @@ struct Progress {
 
 struct EpochMetrics {
   int epoch = 0;                   // 1-based
-  double train_loss = 0.0;         // mean over ranks and iterations of the batch losses
+  double train_loss = 0.0;         // mean over ranks and taken (not skipped) steps of batch losses
   std::vector<Metric> evaluation;  // the task's metrics after the epoch
   double lr = 0.0;                 // at the last step of the epoch
   double density = 0.0;            // at the last step of the epoch
   int64_t iterations = 0;          // steps in this epoch
+  int64_t skipped_steps = 0;       // of them, skipped for a non-finite gradient (--on-nonfinite)
   // > 0: the run resumed inside this epoch from a checkpoint written after this many of its
   // steps. train_loss, lr, density and bytes are still the whole epoch's (the checkpoint carries
   // the partial sums); train_seconds and exchange_seconds are the time before the checkpoint plus
@@ -130,7 +131,17 @@ struct TrainSummary {
   std::vector<Metric> evaluation;    // the task's metrics after the last epoch
   ExchangeBytes total;               // this worker, the whole run (including before a resume)
   ExchangeBytes post_warmup;         // this worker, iterations after the density warm-up
+  int64_t skipped_steps = 0;         // skipped for a non-finite gradient, the whole run
   double seconds = 0.0;              // wall time of this call
+};
+
+// A step every rank skipped for a non-finite gradient (OptimizerOptions::on_nonfinite kSkip).
+struct SkippedStep {
+  int64_t iteration = 0;  // the step's iteration (0-based, over the run)
+  int epoch = 0;          // 1-based
+  int bad_ranks = 0;      // ranks whose gradient was not finite
+  int world_size = 1;
+  int64_t skipped_steps = 0;  // skipped so far in the run, this one included
 };
 
 // Callbacks run on rank 0 only, on the training thread; they must not throw.
@@ -138,6 +149,7 @@ struct TrainCallbacks {
   std::function<void(const RunInfo&)> on_start;
   std::function<void(const Progress&)> on_progress;
   std::function<void(const EpochMetrics&)> on_epoch;
+  std::function<void(const SkippedStep&)> on_skipped_step;
 };
 
 class Trainer {

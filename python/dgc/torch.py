@@ -21,6 +21,8 @@ Collective: DGCState() (a handshake that compares every setting across ranks), a
 backward pass, on every rank of the process group.
 """
 
+import logging
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -28,6 +30,8 @@ from torch.nn.parallel import DistributedDataParallel
 from dgc import DataError, InvalidArgument, _C
 
 __all__ = ["DGCState", "dgc_hook"]
+
+_log = logging.getLogger("dgc")
 
 _STATE_VERSION = 1
 
@@ -100,6 +104,13 @@ class DGCState:
         dense_path ("grouped", "exact", "fp16", "bf16"), dense_path_density, seed, timeout: as
         the `dgc train` flags (docs/training.md).
 
+    on_nonfinite: when any rank's gradient holds NaN or Inf: "stop" (every rank raises
+        dgc.NumericError, nothing applied) or "skip" (every rank skips the step: the hook hands
+        back zero gradients, so SGD leaves the weights as they are; the hook's state stays as
+        before the step; the iteration advances; `skipped_steps` counts it and one warning is
+        logged on the "dgc" logger). max_consecutive_skips: with "skip", the most steps skipped
+        in a row; one more bad step raises dgc.NumericError.
+
     Every rank must pass the same settings: the constructor compares them across ranks and raises
     dgc.MismatchError on every rank naming the first difference.
     """
@@ -131,6 +142,8 @@ class DGCState:
         dense_path="grouped",
         dense_path_density=0.1,
         clip_scaling="paper",
+        on_nonfinite="stop",
+        max_consecutive_skips=10,
     ):
         if not dist.is_available() or not dist.is_initialized():
             raise InvalidArgument(
@@ -173,6 +186,8 @@ class DGCState:
             dense_path=dense_path,
             dense_path_density=dense_path_density,
             clip_scaling=clip_scaling,
+            on_nonfinite=on_nonfinite,
+            max_consecutive_skips=max_consecutive_skips,
         )
         # NCCL takes CUDA tensors only: the exchange's buffers then live on this rank's GPU.
         device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
@@ -191,6 +206,11 @@ class DGCState:
     @property
     def iteration(self):
         return self._step.iteration
+
+    @property
+    def skipped_steps(self):
+        """Steps every rank skipped for a non-finite gradient (on_nonfinite="skip")."""
+        return self._step.skipped_steps
 
     @property
     def density(self):
@@ -230,6 +250,8 @@ class DGCState:
             "rng": self._step.rng_state,
             "total_bytes": self._step.total_bytes,
             "post_warmup_bytes": self._step.post_warmup_bytes,
+            "skipped_steps": self._step.skipped_steps,
+            "consecutive_skips": self._step.consecutive_skips,
             "buffers": self._step.state_buffers(),
         }
 
@@ -262,6 +284,7 @@ class DGCState:
         self._step.rng_state = state["rng"]
         self._step.iteration = state["iteration"]
         self._step.set_bytes(state["total_bytes"], state["post_warmup_bytes"])
+        self._step.set_skipped_steps(state.get("skipped_steps", 0), state.get("consecutive_skips", 0))
 
     def _add(self, bucket):
         future = torch.futures.Future()
@@ -285,11 +308,20 @@ class DGCState:
             absent = [self.params[i][0] for i, g in enumerate(grads) if g is None]
             if absent:
                 raise InvalidArgument(f"no gradient bucket held parameter '{absent[0]}'")
-            self._step.run(grads, [p for _, p in self.params])
+            taken = self._step.run(grads, [p for _, p in self.params])
         except BaseException as error:
             for _, _, _, future in pending:
                 future.set_exception(error)
             raise
+        if not taken:
+            _log.warning(
+                "dgc: skipped iteration %d: non-finite gradient on %d of %d rank(s), nothing "
+                "applied (%d skipped so far)",
+                self._step.iteration - 1,
+                self._step.last_bad_ranks,
+                self._step.world_size,
+                self._step.skipped_steps,
+            )
         for buffer, _, _, future in pending:
             future.set_result(buffer)
 

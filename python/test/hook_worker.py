@@ -3,7 +3,7 @@ MASTER_ADDR and MASTER_PORT in the environment). Every check compares against an
 result: the C++ DistributedOptimizer over the same process group, plain DDP, or the run that was
 not interrupted. Exits non-zero (with the reason) on the first failed check.
 
-    hook_worker.py equivalence | dense | resume | errors
+    hook_worker.py equivalence | dense | resume | errors | nonfinite
 """
 
 import io
@@ -235,6 +235,69 @@ def errors():
     print(f"rank {rank}: errors ok")
 
 
+def nonfinite():
+    """A NaN gradient on the last rank: on_nonfinite="skip" applies nothing on any rank and the
+    next step equals that of the run that never saw the bad step (its counter moved past it);
+    "stop" (the default) raises dgc.NumericError on every rank; the setting must agree."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    skip = dict(DGC_SETTINGS, on_nonfinite="skip", max_consecutive_skips=3)
+
+    # The run that never saw the bad step 2.
+    model, optimizer, state = hook_model(skip)
+    train(model, optimizer, range(2))
+    state._step.iteration = 3
+    train(model, optimizer, [3])
+    reference = weights(model)
+    reference_state = state.state_dict()
+
+    model, optimizer, state = hook_model(skip)
+    train(model, optimizer, range(2))
+    before, state_before = weights(model), state.state_dict()
+    optimizer.zero_grad()
+    grads = gradients(rank, 2, model.module.parameters())
+    if rank == world - 1:
+        grads[0].view(-1)[5] = float("nan")
+    model(grads).backward()
+    optimizer.step()
+    check(all(torch.equal(a, b) for a, b in zip(weights(model), before)), "the skipped step moved the weights")
+    after = state.state_dict()
+    check(all(torch.equal(after["buffers"][k], v) for k, v in state_before["buffers"].items()),
+          "the skipped step changed the hook's state")
+    check(after["rng"] == state_before["rng"], "the skipped step drew from the RNG")
+    check(state.skipped_steps == 1 and state.iteration == 3,
+          f"skipped_steps {state.skipped_steps}, iteration {state.iteration}")
+    train(model, optimizer, [3])
+    check(all(torch.equal(a, b) for a, b in zip(weights(model), reference)),
+          f"the step after the skip differs from the run without it by {max_difference(weights(model), reference)}")
+    final = state.state_dict()
+    check(all(torch.equal(final["buffers"][k], v) for k, v in reference_state["buffers"].items()),
+          "the state after the skip differs from the run without it")
+    check(final["skipped_steps"] == 1, "the state dict does not carry skipped_steps")
+
+    # The setting must agree across ranks, and be one of the two.
+    expect_error(dgc.MismatchError, "on_nonfinite",
+                 lambda: hook_model(dict(DGC_SETTINGS, on_nonfinite="skip" if rank == 0 else "stop")))
+    expect_error(dgc.InvalidArgument, "expected stop or skip",
+                 lambda: hook_model(dict(DGC_SETTINGS, on_nonfinite="ignore")))
+
+    # The default stops every rank with nothing applied.
+    model, optimizer, state = hook_model(DGC_SETTINGS)
+    train(model, optimizer, range(2))
+    before = weights(model)
+    optimizer.zero_grad()
+    grads = gradients(rank, 2, model.module.parameters())
+    if rank == world - 1:
+        grads[0].view(-1)[5] = float("inf")
+    try:
+        model(grads).backward()
+    except Exception as error:  # DDP re-raises the hook's error from backward()
+        check(f"non-finite gradient (NaN or Inf) on 1 of {world} rank(s)" in str(error), f"stop: {error}")
+    else:
+        raise AssertionError(f"rank {rank}: on_nonfinite='stop' did not raise")
+    check(all(torch.equal(a, b) for a, b in zip(weights(model), before)), "the stopped step moved the weights")
+    print(f"rank {rank}: non-finite gradient skipped and stopped")
+
+
 def not_initialised():
     net = FixedGradients()
     sgd = torch.optim.SGD(net.parameters(), lr=LR)
@@ -256,7 +319,8 @@ def main():
     launch = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "spawned"
     print(f"rank {dist.get_rank()} of {dist.get_world_size()}: launched by {launch}")
     try:
-        {"equivalence": equivalence, "dense": dense, "resume": resume, "errors": errors}[case]()
+        {"equivalence": equivalence, "dense": dense, "resume": resume, "errors": errors,
+         "nonfinite": nonfinite}[case]()
     finally:
         dist.destroy_process_group()
 

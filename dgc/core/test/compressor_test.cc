@@ -434,5 +434,84 @@ TEST(RoundWithResidual, Fp32LosesNothingAndSizesMustMatch) {
   EXPECT_THROW(round_with_residual(values, short_residual, ValueType::kFloat16), InvalidArgument);
 }
 
+// stage() + commit() is step() bit for bit (selections, u, v, RNG), a discarded stage() leaves no
+// trace, and a stage() that throws cannot be committed.
+class StagedStep : public ::testing::TestWithParam<std::tuple<SelectionMethod, bool, int>> {};
+
+TEST_P(StagedStep, CommitEqualsStepAndDiscardLeavesNoTrace) {
+  const auto [method, nesterov, threads] = GetParam();
+  CompressionOptions options;
+  options.density = 0.01;
+  options.momentum.nesterov = nesterov;
+  options.selection.method = method;
+  options.threads = threads;
+  options.min_numel_per_thread = 1000;
+  options.seed = 5;
+  const std::vector<int64_t> numels = {20011, 3000};
+  Compressor in_place(numels, options), staged(numels, options);
+  const auto state = [](Compressor& c) {
+    std::vector<std::vector<float>> out;
+    for (size_t t = 0; t < c.num_tensors(); ++t) {
+      out.emplace_back(c.momentum(t).begin(), c.momentum(t).end());
+      out.emplace_back(c.velocity(t).begin(), c.velocity(t).end());
+    }
+    std::ostringstream rng;
+    rng << c.rng();
+    return std::make_pair(out, rng.str());
+  };
+  Selection a, b;
+  for (uint64_t step = 0; step < 5; ++step) {
+    // A step that is thrown away: staged, then discarded.
+    const auto before = state(staged);
+    for (size_t t = 0; t < numels.size(); ++t) {
+      staged.stage(t, test::normal_values(static_cast<size_t>(numels[t]), 900 + step + t, 5.0f),
+                   0.01, b);
+    }
+    EXPECT_TRUE(staged.staged());
+    EXPECT_EQ(state(staged), before) << "stage() changed the committed state";
+    staged.discard();
+    EXPECT_EQ(state(staged), before);
+    // The step that is kept.
+    for (size_t t = 0; t < numels.size(); ++t) {
+      const auto g = test::normal_values(static_cast<size_t>(numels[t]), 100 * step + t, 0.1f);
+      in_place.step(t, g, 0.01, a);
+      staged.stage(t, g, 0.01, b);
+      EXPECT_EQ(a.indices, b.indices) << "step " << step << " tensor " << t;
+      EXPECT_EQ(a.values, b.values) << "step " << step << " tensor " << t;
+    }
+    staged.commit();
+    EXPECT_FALSE(staged.staged());
+    ASSERT_EQ(state(staged), state(in_place)) << "step " << step;
+  }
+  // A stage() that throws: commit() refuses, discard() keeps the state as it was.
+  const auto before = state(staged);
+  std::vector<float> bad = test::normal_values(3000, 1, 0.1f);
+  bad[17] = std::numeric_limits<float>::quiet_NaN();
+  staged.stage(0, test::normal_values(20011, 2, 0.1f), 0.01, b);
+  EXPECT_THROW(staged.stage(1, bad, 0.01, b), NumericError);
+  EXPECT_THROW(staged.commit(), InvalidArgument);
+  EXPECT_THROW(staged.stage(0, test::normal_values(20011, 2, 0.1f), 0.01, b), InvalidArgument);
+  staged.discard();
+  EXPECT_EQ(state(staged), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, StagedStep,
+                         ::testing::Combine(::testing::Values(SelectionMethod::kSampled,
+                                                              SelectionMethod::kExact),
+                                            ::testing::Bool(), ::testing::Values(1, 3)));
+
+TEST(RoundWithResidual, OutOfPlaceEqualsInPlace) {
+  for (ValueType type : {ValueType::kFloat16, ValueType::kBFloat16}) {
+    std::vector<float> values = test::normal_values(1000, 3, 1.0f);
+    std::vector<float> residual = test::normal_values(1000, 4, 1e-3f);
+    std::vector<float> values2 = values, residual2 = residual, next(1000);
+    round_with_residual(values, residual, type);
+    round_with_residual(values2, residual2, next, type);
+    EXPECT_EQ(values2, values);
+    EXPECT_EQ(next, residual);
+    EXPECT_EQ(residual2, test::normal_values(1000, 4, 1e-3f)) << "the old residual was written";
+  }
+}
+
 }  // namespace
 }  // namespace dgc

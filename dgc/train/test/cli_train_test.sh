@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for flag in --density --warmup-epochs --warmup-stages --momentum --nesterov --weight-decay \
   --clip-norm --lr --lr-warmup-epochs --batch-size --workers --backend --compression --epochs \
   --seed --checkpoint --checkpoint-every --checkpoint-keep --resume --resume-step --metrics \
-  --model --data --min-compress-numel; do
+  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips; do
   grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
 done
 
@@ -24,7 +24,8 @@ small=(--workers 2 --train-examples 1024 --test-examples 200 --batch-size 16 --d
 "$dgc" train "${small[@]}" --epochs 2 --checkpoint "$work/ckpt" --metrics "$work/m.jsonl" \
   >"$work/out" || fail "training failed: $(cat "$work/out")"
 [ "$(wc -l <"$work/m.jsonl")" -eq 2 ] || fail "expected 2 metrics lines, got: $(cat "$work/m.jsonl")"
-for key in epoch train_loss test_accuracy bytes_sent dense_bytes compression_ratio seconds; do
+for key in epoch train_loss test_accuracy bytes_sent dense_bytes compression_ratio seconds \
+  skipped_steps; do
   grep -q "\"$key\":" "$work/m.jsonl" || fail "metrics lack $key"
 done
 grep -q "^result: test accuracy" "$work/out" || fail "no summary: $(cat "$work/out")"
@@ -124,6 +125,20 @@ if "$dgc" train "${small[@]}" --checkpoint-every 5 >"$work/bad" 2>&1; then
 fi
 grep -q -- "--checkpoint-every and --checkpoint-keep need --checkpoint PATH" "$work/bad" ||
   fail "$(cat "$work/bad")"
+
+# The non-finite policy: one of two, and its bound only with skip.
+if "$dgc" train "${small[@]}" --on-nonfinite ignore >"$work/bad" 2>&1; then
+  fail "--on-nonfinite ignore accepted"
+fi
+grep -q -- "--on-nonfinite: ignore not in {stop,skip}" "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" train "${small[@]}" --max-consecutive-skips 3 >"$work/bad" 2>&1; then
+  fail "--max-consecutive-skips without --on-nonfinite skip accepted"
+fi
+grep -q -- "--max-consecutive-skips bounds --on-nonfinite skip" "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" train "${small[@]}" --on-nonfinite skip --max-consecutive-skips 0 >"$work/bad" 2>&1; then
+  fail "--max-consecutive-skips 0 accepted"
+fi
+grep -q -- "--max-consecutive-skips" "$work/bad" || fail "$(cat "$work/bad")"
 
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"

@@ -876,6 +876,80 @@ TEST_P(NonFiniteGradient, StopsEveryRankAtTheSameStepWithNothingChanged) {
 INSTANTIATE_TEST_SUITE_P(Values, NonFiniteGradient, ::testing::Values(std::nanf(""), INFINITY),
                          [](const auto& p) { return std::isnan(p.param) ? "NaN" : "Inf"; });
 
+// --on-nonfinite skip through the libtorch optimizer: step() returns false on every rank, the
+// weights do not move, the run goes on as the run without the bad step (its counter moved past
+// it), and a checkpoint carries the skipped-step counters.
+TEST(NonFiniteGradientSkip, AppliesNothingAndCheckpointsCarryTheCount) {
+  constexpr int kWorld = 2;
+  auto options = dgc_options(false, SelectionMethod::kSampled);
+  options.on_nonfinite = NonFinitePolicy::kSkip;
+  options.max_consecutive_skips = 2;
+  std::vector<std::vector<float>> without(kWorld), with(kWorld);
+  std::vector<CheckpointFile> files(kWorld);
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, options);
+    for (int s : {0, 1, 3}) {
+      set_gradients(model, comm.rank(), s);
+      EXPECT_TRUE(optimizer.step());
+      if (s == 1) {
+        // Move the counter past step 2 (as a skipped step moves it), through a checkpoint.
+        CheckpointFile file;
+        optimizer.save(file);
+        file.put_text("optimizer/iteration", "3");
+        optimizer.load(file);
+      }
+    }
+    without[comm.rank()] = to_vector(model.weight);
+  });
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, options);
+    for (int s = 0; s < 4; ++s) {
+      set_gradients(model, comm.rank(), s);
+      if (s == 2 && comm.rank() == 0) {
+        torch::NoGradGuard no_grad;
+        model.weight.mutable_grad()[1][2] = std::nanf("");
+      }
+      const auto before = to_vector(model.weight);
+      const bool taken = optimizer.step();
+      EXPECT_EQ(taken, s != 2) << "step " << s;
+      if (s == 2) {
+        EXPECT_EQ(to_vector(model.weight), before) << "the skipped step moved the weights";
+        EXPECT_EQ(optimizer.skipped_steps(), 1);
+        EXPECT_EQ(optimizer.last_bad_ranks(), 1);
+        EXPECT_EQ(optimizer.iteration(), 3);
+        files[comm.rank()] = CheckpointFile();
+        optimizer.save(files[comm.rank()]);
+      }
+    }
+    with[comm.rank()] = to_vector(model.weight);
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(with[r], without[r]) << "rank " << r;
+  EXPECT_EQ(files[0].text("optimizer/skipped_steps"), "1");
+  EXPECT_EQ(files[0].text("optimizer/consecutive_skips"), "1");
+  EXPECT_NE(files[0].text("optimizer/settings").find("on_nonfinite=skip\n"), std::string::npos);
+  // A resume restores the counts (and so the bound on skips in a row).
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    DistributedOptimizer optimizer(comm, model, options);
+    optimizer.load(files[comm.rank()]);
+    EXPECT_EQ(optimizer.skipped_steps(), 1);
+    set_gradients(model, comm.rank(), 3);
+    if (comm.rank() == 1) {
+      torch::NoGradGuard no_grad;
+      model.bias.mutable_grad()[0] = INFINITY;
+    }
+    EXPECT_FALSE(optimizer.step());
+    set_gradients(model, comm.rank(), 4);
+    if (comm.rank() == 1) {
+      torch::NoGradGuard no_grad;
+      model.bias.mutable_grad()[0] = INFINITY;
+    }
+    EXPECT_THROW(optimizer.step(), NumericError) << "a third bad step in a row (the bound is 2)";
+  });
+}
+
 TEST(DistributedOptimizer, StartsEveryRankFromRankZerosWeights) {
   std::vector<std::vector<float>> weights(3);
   comm::run_local(3, gloo_options(), [&](comm::Communicator& comm) {
