@@ -51,7 +51,7 @@ echo "load before the runs: $(uptime)" | tee "$out/load.txt"
 # Everything but the compression (and the seed) is shared by all runs; the task's defaults (lr,
 # clip norm, batch size) are written out so that the table says what ran.
 common=(--task speech --workers 4 --epochs "$epochs" --train-examples "$train_examples"
-        --batch-size 8 --lr 0.5 --clip-norm 1 --lr-warmup-epochs 1 --lr-decay cosine
+        --batch-size 4 --lr 0.25 --clip-norm 1 --lr-warmup-epochs 1 --lr-decay cosine
         --momentum 0.9 --weight-decay 0 --progress lines)
 dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4)
 run() {

@@ -83,7 +83,7 @@ struct Benchmark {
   std::string series_field;   // the series' name after "profile" (the link's name)
   std::string detail_fields;  // added to the series name when present: "exchange|algorithm"
   std::string time_title;
-  std::string dense_name;     // legend: "<dense_name>, <series>"
+  std::string dense_name;  // legend: "<dense_name>, <series>"
   std::string speedup_title;
   std::map<std::string, std::map<int, ExchangePoint>> series;  // series -> workers -> point
 };
@@ -235,8 +235,8 @@ class Plotter {
       }
       return cmd_.metric;
     }
-    for (const char* candidate : {"test_accuracy", "test_perplexity", "validation_perplexity",
-                                    "test_token_error_rate"}) {
+    for (const char* candidate :
+         {"test_accuracy", "test_perplexity", "validation_perplexity", "test_token_error_rate"}) {
       const bool everywhere = std::all_of(runs_.begin(), runs_.end(), [&](const MetricsRun& run) {
         return std::all_of(run.epochs.begin(), run.epochs.end(), [&](const json& e) {
           return e.contains(candidate) && e[candidate].is_number();

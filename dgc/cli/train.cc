@@ -499,13 +499,14 @@ void add_train(CLI::App& app) {
   sub->add_flag("--compress-1d", opt.policy.compress_1d,
                 "Compress 1-D tensors (biases) too; by default they go dense");
   sub->add_option("--weight-decay", opt.weight_decay,
-                  "L2 weight decay, applied locally after the exchange (lm default: 0)")
+                  "L2 weight decay, applied locally after the exchange (lm and speech default: 0)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option(
          "--clip-norm", opt.clip_norm,
          "Clip gradients at this L2 norm (dense: the averaged gradient, at clip-norm; DGC: each "
-         "worker's gradient before accumulation, see --clip-scaling); 0 = off. lm default: 0.25")
+         "worker's gradient before accumulation, see --clip-scaling); 0 = off. lm default: 0.25, "
+         "speech default: 1")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--clip-scaling", cmd->clip_scaling,
@@ -516,7 +517,7 @@ void add_train(CLI::App& app) {
                   "tighter than dense clipping")
       ->check(CLI::IsMember({"paper", "mean"}))
       ->capture_default_str();
-  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5)")
+  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5, speech default: 0.25)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,
@@ -527,11 +528,13 @@ void add_train(CLI::App& app) {
                   "After warm-up: cosine (to 0 at the last epoch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))
       ->capture_default_str();
-  sub->add_option("--epochs", o.epochs, "Epochs")
+  sub->add_option("--epochs", o.epochs, "Epochs (speech default: 10)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size,
-                  "Examples per worker per iteration (lm: sequences of --bptt tokens; default 10)")
+  sub->add_option(
+         "--batch-size", o.batch_size,
+         "Examples per worker per iteration (lm: sequences of --bptt tokens, default 10; speech: "
+         "utterances, default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")
@@ -562,12 +565,13 @@ void add_train(CLI::App& app) {
       "Write one JSON object per epoch to this file (JSON lines; appended on --resume)");
   sub->add_option("--train-examples", o.train_examples,
                   "Use only the first N training examples (0 = all 60000; lm: the first N "
-                  "training verses)")
+                  "training verses; speech: the first N training utterances)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--test-examples", o.test_examples,
                   "Use only the first N test examples (0 = all 10000; lm: the first N "
-                  "validation and N test verses)")
+                  "validation and N test verses; speech: the first N test utterances, clean "
+                  "and noisy)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--progress", cmd->progress,

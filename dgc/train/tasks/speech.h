@@ -51,10 +51,10 @@ struct SpeechOptions {
 // Defaults of the shared options that differ for the speech task (the command line applies them
 // unless the flag is given), with the paper's gradient clipping for RNNs on.
 struct SpeechTrainDefaults {
-  static constexpr double kLr = 0.1;
+  static constexpr double kLr = 0.25;
   static constexpr double kClipNorm = 1.0;
   static constexpr double kWeightDecay = 0.0;
-  static constexpr int64_t kBatchSize = 8;
+  static constexpr int64_t kBatchSize = 4;
   static constexpr int kEpochs = 10;
 };
 
