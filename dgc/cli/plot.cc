@@ -6,8 +6,8 @@
 //       NAME-METRIC-epoch  the metric against the epoch;
 //       NAME-METRIC-time   the metric against wall time (the running sum of "seconds");
 //       NAME-bytes         message bytes per worker in each epoch ("bytes_sent"), log scale.
-//     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity and
-//     validation_perplexity that every file has.
+//     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity,
+//     validation_perplexity and test_token_error_rate (drawn in %) that every file has.
 //   - exchange benchmarks (`dgc bench exchange --json`, and `bench/slow_network.sh --out`, which
 //     adds "profile" and "rate"): objects with "benchmark": "exchange". One series per link
 //     profile (else rate; "loopback" without either) and exchange algorithm (when the object
@@ -83,7 +83,7 @@ struct Benchmark {
   std::string series_field;   // the series' name after "profile" (the link's name)
   std::string detail_fields;  // added to the series name when present: "exchange|algorithm"
   std::string time_title;
-  std::string dense_name;     // legend: "<dense_name>, <series>"
+  std::string dense_name;  // legend: "<dense_name>, <series>"
   std::string speedup_title;
   std::map<std::string, std::map<int, ExchangePoint>> series;  // series -> workers -> point
 };
@@ -106,7 +106,7 @@ double number(const json& object, const std::string& field, const std::string& w
 std::string readable(const std::string& metric) {
   std::string out = metric;
   std::replace(out.begin(), out.end(), '_', ' ');
-  if (metric == "test_accuracy") out += " (%)";
+  if (metric == "test_accuracy" || metric.find("error_rate") != std::string::npos) out += " (%)";
   return out;
 }
 
@@ -235,7 +235,8 @@ class Plotter {
       }
       return cmd_.metric;
     }
-    for (const char* candidate : {"test_accuracy", "test_perplexity", "validation_perplexity"}) {
+    for (const char* candidate :
+         {"test_accuracy", "test_perplexity", "validation_perplexity", "test_token_error_rate"}) {
       const bool everywhere = std::all_of(runs_.begin(), runs_.end(), [&](const MetricsRun& run) {
         return std::all_of(run.epochs.begin(), run.epochs.end(), [&](const json& e) {
           return e.contains(candidate) && e[candidate].is_number();
@@ -244,8 +245,8 @@ class Plotter {
       if (everywhere) return candidate;
     }
     throw DataError(
-        "the training metrics have no test_accuracy, test_perplexity or validation_perplexity "
-        "in every epoch of every file; name the field to draw with --metric");
+        "the training metrics have no test_accuracy, test_perplexity, validation_perplexity or "
+        "test_token_error_rate in every epoch of every file; name the field to draw with --metric");
   }
 
   std::string title(const std::string& text) const {
@@ -255,7 +256,8 @@ class Plotter {
   // A datablock per run: epoch, wall minutes, metric, megabytes sent.
   std::string metrics_data(const std::string& field) const {
     std::ostringstream out;
-    const double scale = field == "test_accuracy" ? 100.0 : 1.0;
+    const bool percent = field == "test_accuracy" || field.find("error_rate") != std::string::npos;
+    const double scale = percent ? 100.0 : 1.0;
     for (size_t r = 0; r < runs_.size(); ++r) {
       out << "$run" << r << " << EOD\n";
       double minutes = 0.0;
@@ -471,7 +473,7 @@ void add_plot(CLI::App& app) {
   sub->add_option("--name", cmd->name, "Prefix of the chart files")->capture_default_str();
   sub->add_option("--metric", cmd->metric,
                   "Training metric to draw (default: test_accuracy, else test_perplexity, else "
-                  "validation_perplexity)");
+                  "validation_perplexity, else test_token_error_rate)");
   sub->add_option("--title", cmd->title, "Text put before every chart title");
   sub->add_option("--width", cmd->width, "Chart width, pixels")
       ->check(CLI::Range(200, 4000))

@@ -1,15 +1,18 @@
 // dgc train: data-parallel training of a task -- image classification on Fashion-MNIST (--task
-// image, the default) or a word-level LSTM language model on the King James Bible (--task lm) --
-// with DGC or dense.
+// image, the default), a word-level LSTM language model on the King James Bible (--task lm) or a
+// GRU-CTC speech recogniser on letters and digits spoken by espeak-ng (--task speech) -- with DGC
+// or dense.
 //
 // Launch: through comm::connect(), as every dgc command: N local worker threads (default),
 // `mpirun -np N dgc train` (MPI, or Gloo with --rendezvous DIR), torchrun, or the four variables
 // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by any other launcher.
 // Flags map one to one onto dgc::train::TrainOptions / OptimizerOptions and the task's options;
-// defaults are theirs, except the few a task overrides (LmTrainDefaults) when the flag is absent.
+// defaults are theirs, except the few a task overrides (LmTrainDefaults, SpeechTrainDefaults) when
+// the flag is absent.
 // A flag of one task given with another task is an error.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,6 +34,7 @@
 #include "dgc/train/progress.h"
 #include "dgc/train/tasks/image.h"
 #include "dgc/train/tasks/lm.h"
+#include "dgc/train/tasks/speech.h"
 #include "dgc/train/trainer.h"
 
 namespace dgc::cli {
@@ -43,6 +47,7 @@ struct TrainCommand {
   train::TrainOptions options;
   std::string task = "image";
   train::LmOptions lm;
+  train::SpeechOptions speech;
   std::string data = train::kDefaultDataDir;
   int workers = 4;
   std::string backend = "auto";
@@ -91,16 +96,28 @@ const std::vector<TaskEntry>& task_entries() {
       {"lm",
        {"--cache-dir", "--vocabulary", "--embedding", "--hidden", "--bptt", "--dropout"},
        [](const TrainCommand& c) { return train::load_lm_task(c.lm); }},
+      {"speech",
+       {"--cache-dir", "--corpus-seed", "--corpus-train", "--corpus-test", "--gru-hidden",
+        "--gru-layers", "--frame-stack"},
+       [](const TrainCommand& c) {
+         auto options = c.speech;
+         options.corpus.cache_dir = c.lm.cache_dir;  // --cache-dir: one root for every corpus
+         return train::load_speech_task(options, /*progress=*/true);
+       }},
   };
   return entries;
 }
 
-// Rejects the flags of other tasks than cmd.task.
+// Rejects the flags of other tasks than cmd.task (a flag several tasks share is fine for each).
 void check_task_flags(const TrainCommand& cmd, const CLI::App& sub) {
+  std::vector<std::string> own;
+  for (const auto& entry : task_entries()) {
+    if (entry.name == cmd.task) own = entry.flags;
+  }
   for (const auto& entry : task_entries()) {
     if (entry.name == cmd.task) continue;
     for (const auto& flag : entry.flags) {
-      if (sub.count(flag) > 0) {
+      if (std::find(own.begin(), own.end(), flag) == own.end() && sub.count(flag) > 0) {
         throw InvalidArgument(detail::concat(flag, " belongs to --task ", entry.name,
                                              ", not to --task ", cmd.task,
                                              ": drop it or add --task ", entry.name));
@@ -145,6 +162,14 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
     if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
     if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
     if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
+  } else if (cmd.task == "speech") {
+    options.model = "gru";
+    using D = train::SpeechTrainDefaults;
+    if (sub.count("--lr") == 0) opt.lr.lr = D::kLr;
+    if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
+    if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
+    if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
+    if (sub.count("--epochs") == 0) options.epochs = D::kEpochs;
   }
   opt.compression = train::parse_compression(cmd.compression);
   opt.compressor.selection.method = parse_selection(cmd.selection);
@@ -364,19 +389,43 @@ void add_train(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "train",
       "Train a task with data-parallel SGD, compressed with DGC (--compression dgc) or dense "
-      "(--compression none): an image classifier on Fashion-MNIST (--task image) or a word-level "
-      "LSTM language model on the King James Bible (--task lm). Runs --workers local threads, or "
+      "(--compression none): an image classifier on Fashion-MNIST (--task image), a word-level "
+      "LSTM language model on the King James Bible (--task lm) or a GRU-CTC recogniser of letters "
+      "and digits spoken by espeak-ng (--task speech). Runs --workers local threads, or "
       "one worker per process under mpirun or with torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/"
       "MASTER_PORT.");
 
   sub->add_option("--task", cmd->task,
-                  "image (Fashion-MNIST classification) or lm (KJV language model); flags marked "
-                  "[image] or [lm] belong to that task only")
-      ->check(CLI::IsMember({"image", "lm"}))
+                  "image (Fashion-MNIST classification), lm (KJV language model) or speech "
+                  "(spoken letters and digits, CTC); flags marked [image], [lm] or [speech] "
+                  "belong to those tasks only")
+      ->check(CLI::IsMember({"image", "lm", "speech"}))
       ->capture_default_str();
   sub->add_option("--cache-dir", cmd->lm.cache_dir,
-                  "[lm] Directory for the prepared KJV corpus (default $XDG_CACHE_HOME/dgc or "
-                  "~/.cache/dgc); prepared from the `bible` program (bible-kjv) on first use");
+                  "[lm, speech] Directory for the prepared corpora (default $XDG_CACHE_HOME/dgc or "
+                  "~/.cache/dgc): the KJV, prepared from the `bible` program (bible-kjv) on first "
+                  "use; the speech corpus, synthesised with espeak-ng on first use");
+  sub->add_option("--corpus-seed", cmd->speech.corpus.seed,
+                  "[speech] Seed of the speech corpus (words, voices; not the training seed)")
+      ->capture_default_str();
+  sub->add_option("--corpus-train", cmd->speech.corpus.train_utterances,
+                  "[speech] Training utterances in the corpus (voices of the training variants)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  sub->add_option("--corpus-test", cmd->speech.corpus.test_utterances,
+                  "[speech] Test utterances in the corpus (held-out variants; also a noisy copy)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  sub->add_option("--gru-hidden", cmd->speech.hidden, "[speech] GRU units per direction")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  sub->add_option("--gru-layers", cmd->speech.layers, "[speech] Bidirectional GRU layers")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->capture_default_str();
+  sub->add_option("--frame-stack", cmd->speech.stack,
+                  "[speech] 10 ms feature frames stacked into one GRU step (and the stride)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->capture_default_str();
   sub->add_option("--vocabulary", cmd->lm.vocabulary,
                   "[lm] Vocabulary size V: the most frequent training words, <unk> and <eos>")
       ->check(CLI::Range(int64_t{3}, int64_t{1} << 20))
@@ -395,7 +444,7 @@ void add_train(CLI::App& app) {
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
 
-  sub->add_option("--model", o.model, "[image] Model: cnn, mlp or resnet20 (lm: lstm)")
+  sub->add_option("--model", o.model, "[image] Model: cnn, mlp or resnet20 (lm: lstm; speech: gru)")
       ->check(CLI::IsMember({"cnn", "mlp", "resnet20"}))
       ->capture_default_str();
   sub->add_option("--data", cmd->data,
@@ -485,13 +534,14 @@ void add_train(CLI::App& app) {
   sub->add_flag("--compress-1d", opt.policy.compress_1d,
                 "Compress 1-D tensors (biases) too; by default they go dense");
   sub->add_option("--weight-decay", opt.weight_decay,
-                  "L2 weight decay, applied locally after the exchange (lm default: 0)")
+                  "L2 weight decay, applied locally after the exchange (lm and speech default: 0)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option(
          "--clip-norm", opt.clip_norm,
          "Clip gradients at this L2 norm (dense: the averaged gradient, at clip-norm; DGC: each "
-         "worker's gradient before accumulation, see --clip-scaling); 0 = off. lm default: 0.25")
+         "worker's gradient before accumulation, see --clip-scaling); 0 = off. lm default: 0.25, "
+         "speech default: 1")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--clip-scaling", cmd->clip_scaling,
@@ -502,7 +552,7 @@ void add_train(CLI::App& app) {
                   "tighter than dense clipping")
       ->check(CLI::IsMember({"paper", "mean"}))
       ->capture_default_str();
-  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5)")
+  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5, speech default: 0.25)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,
@@ -513,11 +563,13 @@ void add_train(CLI::App& app) {
                   "After warm-up: cosine (to 0 at the last epoch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))
       ->capture_default_str();
-  sub->add_option("--epochs", o.epochs, "Epochs")
+  sub->add_option("--epochs", o.epochs, "Epochs (speech default: 10)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  sub->add_option("--batch-size", o.batch_size,
-                  "Examples per worker per iteration (lm: sequences of --bptt tokens; default 10)")
+  sub->add_option(
+         "--batch-size", o.batch_size,
+         "Examples per worker per iteration (lm: sequences of --bptt tokens, default 10; speech: "
+         "utterances, default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   sub->add_option("--seed", o.seed, "Seed of initialisation, data order and sampling")
@@ -548,12 +600,13 @@ void add_train(CLI::App& app) {
       "Write one JSON object per epoch to this file (JSON lines; appended on --resume)");
   sub->add_option("--train-examples", o.train_examples,
                   "Use only the first N training examples (0 = all 60000; lm: the first N "
-                  "training verses)")
+                  "training verses; speech: the first N training utterances)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--test-examples", o.test_examples,
                   "Use only the first N test examples (0 = all 10000; lm: the first N "
-                  "validation and N test verses)")
+                  "validation and N test verses; speech: the first N test utterances, clean "
+                  "and noisy)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--progress", cmd->progress,

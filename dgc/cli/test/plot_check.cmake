@@ -67,6 +67,6 @@ expect_failure("malformed.jsonl:2: not a JSON object" "${DATA}/malformed.jsonl")
 expect_failure("--label given 1 times for 2 files" "${DATA}/dense.jsonl" "${DATA}/dgc.jsonl"
                --label only-one)
 file(WRITE "${OUT}/no_metric.jsonl" "{\"epoch\":1,\"seconds\":2.5,\"train_loss\":1.0}\n")
-expect_failure("no test_accuracy, test_perplexity or validation_perplexity"
+expect_failure("no test_accuracy, test_perplexity, validation_perplexity or test_token_error_rate"
                "${OUT}/no_metric.jsonl")
 expect_failure("field 'no_such_field' is missing" "${DATA}/dense.jsonl" --metric no_such_field)
