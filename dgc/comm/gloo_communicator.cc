@@ -48,6 +48,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dgc/comm/authenticated_store.h"
 #include "dgc/comm/launch.h"
 #if DGC_WITH_TORCH
 #include "dgc/comm/c10d_store.h"
@@ -505,8 +506,16 @@ void ignore_sigpipe() {
   });
 }
 
-std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int world_size,
-                                           const std::string& hostname, Timeout timeout) {
+std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, int world_size,
+                                           const std::string& hostname, Timeout timeout,
+                                           const std::optional<MacKey>& rendezvous_key) {
+  // With a job secret every value goes through the tagging decorator, Gloo's included.
+  std::optional<AuthenticatedStore> authenticated;
+  const Rendezvous rv =
+      rendezvous_key
+          ? Rendezvous{authenticated.emplace(plain.store, *rendezvous_key, plain.description),
+                       plain.has, plain.description, plain.add, plain.serving}
+          : plain;
   DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
   ignore_sigpipe();
   DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
@@ -662,7 +671,8 @@ std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout);
+        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout,
+                                options.rendezvous_key);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -689,7 +699,8 @@ std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, in
                        [&] { return std::make_unique<DirectoryStore>(directory); });
   Rendezvous rv{*store, [&store](const std::string& k) { return store->has(k); },
                 detail::concat("directory '", directory, "'")};
-  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout);
+  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout,
+                      options.rendezvous_key);
 }
 
 #if DGC_WITH_TORCH
@@ -709,7 +720,7 @@ std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int r
   const std::string hostname = !options.hostname.empty()        ? options.hostname
                                : !store.local_address().empty() ? store.local_address()
                                                                 : this_host();
-  return connect_gloo(rv, rank, world_size, hostname, options.timeout);
+  return connect_gloo(rv, rank, world_size, hostname, options.timeout, options.rendezvous_key);
 }
 #else
 bool have_c10d_store() { return false; }
@@ -731,7 +742,7 @@ std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int r
                                                                 : this_host();
   std::unique_ptr<Communicator> comm;
   try {
-    comm = connect_gloo(rv, rank, world_size, hostname, options.timeout);
+    comm = connect_gloo(rv, rank, world_size, hostname, options.timeout, options.rendezvous_key);
   } catch (const MismatchError&) {
     store.linger_after_refusal(options.timeout);
     throw;
