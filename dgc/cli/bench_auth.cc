@@ -3,8 +3,11 @@
 //
 // The gradient: the model's parameter shapes (dgc/train/model_shapes.h; default `cnn`, the
 // default model of `dgc train`) split by the default policy into compressed and dense-path
-// tensors; every rank selects k = ceil(density * numel) distinct random positions of every
-// compressed tensor (random values), a pure function of (seed, rank, iteration).
+// tensors. With --dense-path grouped (dgc train's default) the dense-path tensors travel as one
+// more compressed tensor at --dense-path-density (0.1, dgc train's default), inside the message;
+// with exact they are averaged (an allreduce, or a tagged allgatherv with a key). Every rank
+// selects k = ceil(density * numel) distinct random positions of every compressed tensor
+// (random values), a pure function of (seed, rank, iteration).
 //
 // Two measurements:
 //   1. the operations alone, on one thread, in CPU time (CLOCK_THREAD_CPUTIME_ID, so other
@@ -48,6 +51,8 @@ struct BenchAuthOptions {
   std::string model = "cnn";
   int workers = 4;
   double density = 0.001;
+  std::string dense_path = "grouped";  // grouped | exact
+  double dense_path_density = 0.1;
   int repeats = 200;  // rounds of the single-thread measurement
   int steps = 60;     // exchange steps of each kind (with and without a key)
   uint64_t seed = 1;
@@ -68,14 +73,17 @@ double median(std::vector<double> v) {
 }
 
 // Rank `rank`'s selections at `iteration`, one per compressed tensor of `layout`.
+// The last compressed tensor is the dense-path group when `group_density` > 0.
 std::vector<Selection> selections_for(const std::vector<TensorSpec>& layout,
                                       const std::vector<size_t>& compressed, double density,
-                                      uint64_t seed, int rank, uint64_t iteration) {
+                                      uint64_t seed, int rank, uint64_t iteration,
+                                      double group_density = 0.0) {
   std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(rank) * 7919 + iteration);
   std::vector<Selection> out;
   for (size_t c : compressed) {
     const auto numel = static_cast<uint64_t>(layout[c].numel());
-    const auto k = static_cast<size_t>(std::ceil(density * static_cast<double>(numel)));
+    const double d = group_density > 0 && c == compressed.back() ? group_density : density;
+    const auto k = static_cast<size_t>(std::ceil(d * static_cast<double>(numel)));
     std::vector<uint32_t> all(numel);
     for (uint64_t i = 0; i < numel; ++i) all[i] = static_cast<uint32_t>(i);
     std::shuffle(all.begin(), all.end(), rng);
@@ -95,7 +103,25 @@ std::vector<Selection> selections_for(const std::vector<TensorSpec>& layout,
 void run_bench_auth(const BenchAuthOptions& o) {
   DGC_CHECK(o.workers >= 1, "--workers must be >= 1");
   DGC_CHECK(o.repeats >= 1 && o.steps >= 1, "--repeats and --steps must be >= 1");
-  const auto layout = make_layout(train::model_shapes(o.model), PolicyOptions{});
+  DGC_CHECK(o.dense_path == "grouped" || o.dense_path == "exact",
+            "--dense-path must be grouped or exact, got ", o.dense_path);
+  auto layout = make_layout(train::model_shapes(o.model), PolicyOptions{});
+  const bool grouped = o.dense_path == "grouped";
+  if (grouped) {
+    // As dgc train's grouped dense path: the compressed tensors, then one group of the rest.
+    std::vector<TensorSpec> regrouped;
+    int64_t group = 0;
+    for (const auto& t : layout) {
+      if (t.path == TensorPath::kCompressed) {
+        regrouped.push_back(t);
+      } else {
+        group += t.numel();
+      }
+    }
+    if (group > 0) regrouped.push_back({"dense-path group", {group}, TensorPath::kCompressed});
+    layout = std::move(regrouped);
+  }
+  const double group_density = grouped ? o.dense_path_density : 0.0;
   std::vector<size_t> compressed;
   std::vector<uint64_t> numels;
   uint64_t dense_numel = 0, parameters = 0;
@@ -119,7 +145,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
   // 1. The operations alone, one thread, CPU time.
   std::vector<std::vector<uint8_t>> plain(n), tagged(n);
   for (int r = 0; r < n; ++r) {
-    const auto sel = selections_for(layout, compressed, o.density, o.seed, r, 0);
+    const auto sel = selections_for(layout, compressed, o.density, o.seed, r, 0, group_density);
     MessageWriter writer(ValueType::kFloat32, 0, run_id);
     for (size_t i = 0; i < sel.size(); ++i) {
       writer.add(static_cast<uint32_t>(i), numels[i], sel[i].indices, sel[i].values);
@@ -130,6 +156,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
   std::vector<uint8_t> dense_bytes(4 * dense_numel, 0x3c);
   std::vector<double> tag_one, validate_plain, validate_tagged, dense_tag, dense_verify;
   volatile uint8_t sink = 0;
+  const bool dense = dense_numel > 0;
   for (int rep = 0; rep < o.repeats; ++rep) {
     double t0 = thread_cpu_seconds();
     const uint8_t route[8] = {0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF};
@@ -152,6 +179,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     t1 = thread_cpu_seconds();
     validate_tagged.push_back(t1 - t0);
 
+    if (!dense) continue;
     t0 = thread_cpu_seconds();
     const Tag d = auth.tag({route, std::span<const uint8_t>(dense_bytes)});
     t1 = thread_cpu_seconds();
@@ -194,7 +222,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     const int warmup = 3;
     for (int s = 0; s < o.steps + warmup; ++s) {
       const auto sel = selections_for(layout, compressed, o.density, o.seed, comm.rank(),
-                                      static_cast<uint64_t>(s % 8));
+                                      static_cast<uint64_t>(s % 8), group_density);
       for (int keyed = 0; keyed < 2; ++keyed) {
         Exchange& exchange = keyed ? with : without;
         std::fill(dense.begin(), dense.end(), 0.5f);
@@ -222,6 +250,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     j["model"] = o.model;
     j["workers"] = n;
     j["density"] = o.density;
+    j["dense_path"] = o.dense_path;
     j["parameters"] = parameters;
     j["message_bytes"] = plain[0].size();
     j["tagged_message_bytes"] = tagged[0].size();
@@ -240,21 +269,26 @@ void run_bench_auth(const BenchAuthOptions& o) {
     return;
   }
   std::printf(
-      "dgc bench auth: model %s (%llu parameters; %zu compressed tensors, %llu dense-path "
-      "elements), density %g, %d ranks\n",
+      "dgc bench auth: model %s (%llu parameters; %zu compressed tensors%s, %llu elements "
+      "averaged dense), density %g, dense path %s, %d ranks\n",
       o.model.c_str(), static_cast<unsigned long long>(parameters), compressed.size(),
-      static_cast<unsigned long long>(dense_numel), o.density, n);
-  std::printf(
-      "  bytes per rank and step: message %.0f B + tag 32 B (%.2f%% more); dense path %.0f B + "
-      "tag 32 B (%.2f%%)\n",
-      message_bytes, 100.0 * 32.0 / message_bytes, dense_path_bytes,
-      dense_path_bytes > 0 ? 100.0 * 32.0 / dense_path_bytes : 0.0);
+      grouped ? " incl. the dense-path group" : "", static_cast<unsigned long long>(dense_numel),
+      o.density, o.dense_path.c_str(), n);
+  std::printf("  bytes per rank and step: message %.0f B + tag 32 B (%.2f%% more)", message_bytes,
+              100.0 * 32.0 / message_bytes);
+  if (dense) {
+    std::printf("; dense path %.0f B + tag 32 B (%.2f%%)", dense_path_bytes,
+                100.0 * 32.0 / dense_path_bytes);
+  }
+  std::printf("\n");
   std::printf("  1. HMAC-SHA256 alone, one thread, CPU time (median of %d):\n", o.repeats);
   std::printf("     tag this rank's message                  %8.2f us\n", tag_us);
   std::printf("     validate %d messages without / with tags  %8.2f / %.2f us (+%.2f us)\n", n,
               plain_us, tagged_us, tagged_us - plain_us);
-  std::printf("     tag / verify %d dense-path buffers        %8.2f / %.2f us\n", n,
-              dense_tag_us, dense_verify_us);
+  if (dense) {
+    std::printf("     tag / verify %d dense-path buffers        %8.2f / %.2f us\n", n,
+                dense_tag_us, dense_verify_us);
+  }
   std::printf("     HMAC cost per step and rank              %8.2f us\n", hmac_per_step_us);
   std::printf(
       "  2. Exchange::run, %d ranks as threads over loopback, rank 0 wall time (median of %d "
@@ -284,6 +318,15 @@ void add_bench_auth(CLI::App& bench) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--density", options->density, "Fraction of each compressed tensor selected")
+      ->check(CLI::Range(1e-9, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--dense-path", options->dense_path,
+                  "grouped (dgc train's default: the dense-path tensors as one more compressed "
+                  "tensor) or exact (averaged: allreduce, or tagged allgatherv with a key)")
+      ->check(CLI::IsMember({"grouped", "exact"}))
+      ->capture_default_str();
+  cmd->add_option("--dense-path-density", options->dense_path_density,
+                  "Density of the dense-path group (grouped)")
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
   cmd->add_option("--repeats", options->repeats, "Rounds of the single-thread measurement")

@@ -40,6 +40,10 @@ void AuthenticatedStore::set(const std::string& key, const std::vector<char>& da
 }
 
 std::vector<char> AuthenticatedStore::get(const std::string& key) {
+  // A Store's get waits for the key, but Gloo's in-process HashStore returns an empty value for
+  // a key not yet set (Gloo reads "rank_<r>" keys that way and tolerates the empty value; an
+  // empty value has no tag). Wait first, as every other store does inside get.
+  inner_.wait({key});
   std::vector<char> tagged = inner_.get(key);
   const auto refuse = [&](const std::string& why) {
     return AuthenticationError(detail::concat(

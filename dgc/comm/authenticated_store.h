@@ -2,7 +2,8 @@
 // reads, under the job's rendezvous key (JobKeys::rendezvous, dgc/core/auth.h).
 //
 // set(key, value) stores value | HMAC-SHA256("dgc-rendezvous" | u32 key length | key | value);
-// get(key) returns the value only if its tag verifies, and otherwise throws
+// get(key) waits for the key (as Store::get promises; Gloo's HashStore does not), then returns
+// the value only if its tag verifies, and otherwise throws
 // dgc::AuthenticationError naming the key: a value written by a process without the job secret
 // (a stranger, or a rank given another secret), altered in the store, or moved from another key
 // is refused. This protects what the rendezvous carries: Gloo's pair addresses (a forged one

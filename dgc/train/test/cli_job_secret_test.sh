@@ -35,13 +35,17 @@ pids+=("$pid")
 seen_running=0
 for _ in $(seq 1 200); do
   if [ -r "/proc/$pid/cmdline" ]; then
+    tr '\0' ' ' <"/proc/$pid/cmdline" >"$work/cmdline"
+    # ps into a file first: a grep running at the same time would show the secret in its own args.
+    ps -eo args >"$work/ps"
+    grep -q -- " train " "$work/cmdline" || { sleep 0.05; continue; }  # not yet exec'd
+    grep -qF -- "$secret" "$work/cmdline" && fail "the secret is on the command line"
+    grep -qF -- "$secret" "$work/ps" && fail "the secret is in ps output"
     seen_running=1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$secret" && fail "the secret is on the command line"
+    break
   fi
-  kill -0 "$pid" 2>/dev/null || break
   sleep 0.05
 done
-ps -eo args | grep -qF -- "$secret" && fail "the secret is in ps output"
 wait "$pid" || fail "training with DGC_JOB_SECRET failed: $(cat "$work/env.out")"
 [ "$seen_running" = 1 ] || fail "the run ended before its command line could be read"
 grep -q "messages and rendezvous values authenticated (HMAC-SHA256, job secret)" "$work/env.out" ||
