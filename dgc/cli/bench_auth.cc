@@ -16,9 +16,10 @@
 //      and without an expectation that has a key), the dense-path buffer likewise; `repeats`
 //      rounds, the median;
 //   2. the whole exchange, N ranks as threads over Gloo (loopback): Exchange::run with and
-//      without a key, alternating step by step so that both see the same load; per step rank
-//      0's wall time of the run and of its encode and validate phases (Exchange::last_timings),
-//      the median. With a key the dense path travels as a tagged allgatherv instead of an
+//      without a key, alternating step by step (each first every other step) so that both see
+//      the same load; per step rank 0's wall time of the run and of its encode and validate
+//      phases (Exchange::last_timings), the median. On a loaded machine the wall times scatter
+//      far more than the tags cost: read them against part 1. With a key the dense path travels as a tagged allgatherv instead of an
 //      allreduce (exchange.h): that is part of the cost and is included.
 // Bytes: the message with and without its tag, and the tag's fraction of it.
 #include <time.h>
@@ -223,7 +224,8 @@ void run_bench_auth(const BenchAuthOptions& o) {
     for (int s = 0; s < o.steps + warmup; ++s) {
       const auto sel = selections_for(layout, compressed, o.density, o.seed, comm.rank(),
                                       static_cast<uint64_t>(s % 8), group_density);
-      for (int keyed = 0; keyed < 2; ++keyed) {
+      for (int k = 0; k < 2; ++k) {
+        const int keyed = s % 2 == 0 ? k : 1 - k;  // each goes first every other step
         Exchange& exchange = keyed ? with : without;
         std::fill(dense.begin(), dense.end(), 0.5f);
         comm.barrier(gloo.timeout);
