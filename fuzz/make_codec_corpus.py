@@ -39,7 +39,7 @@ def message(payload_hex, tensor_count, *, value_type=0, flags=0, iteration=0,
 
 SEEDS = {
     # name: (options, message)
-    "bad_magic": (0, bytes(1) + b"XGC1" + bytes(44)),
+    "bad_magic": (0, b"XGC1" + bytes(45)),
     "bf16_bad_gradient": (0, message("00010100c03f", 1, value_type=2, flags=FLAG_BAD_GRADIENT,
                                      iteration=1)),
     "empty": (0, message("", 0, iteration=7)),
