@@ -1,14 +1,17 @@
 // The wire decoder (dgc/core/codec.h) on messages from a peer.
 //
-// Input: one byte of options, then the message. Option bit 0 set: the checksums and the payload
-// length in the header are recomputed before decoding, so that mutations reach the payload
-// parser instead of stopping at the checksum. Bits 1-2: the receiver's layout (one of four).
+// Input: one byte of options, then the message. Option bit 0 set: the checksums, the payload
+// length and (for a tagged message) the tag under the fuzz key are recomputed before decoding,
+// so that mutations reach the payload parser instead of stopping at the checksum. Bits 1-2: the
+// receiver's layout (one of four). Bit 3: validated with an expectation (run id all zero, the
+// header's iteration, the fuzz key, sender 1 to every rank), as the exchange does under a job
+// secret.
 //
 // Promises checked: validation throws nothing but dgc::DecodeError; an accepted message's
 // elements are inside the layout, strictly increasing per tensor entry, finite, and as many as
 // MessageInfo::element_count says; decode_add adds exactly what the element visitor reports
 // (same order, bitwise); re-encoding the decoded entries with MessageWriter gives the same bytes
-// (the encoding is canonical).
+// (the encoding is canonical, the tag included).
 #include <zlib.h>
 
 #include <cmath>
@@ -33,13 +36,35 @@ uint32_t crc(const uint8_t* data, size_t size) {
   return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), data, static_cast<uInt>(size)));
 }
 
-// Header fields (codec.h): payload_bytes at 20, payload crc at 24, header crc at 28 over [0, 28).
+const dgc::MessageAuthenticator& fuzz_key() {
+  static const dgc::MessageAuthenticator auth = [] {
+    dgc::MacKey key{};
+    key.fill(0x42);
+    return dgc::MessageAuthenticator(key);
+  }();
+  return auth;
+}
+constexpr dgc::MessageRoute kRoute{1, dgc::kEveryRank};
+
+// Header fields (codec.h): flags at 6, payload_bytes at 20, payload crc at 24, header crc at 44
+// over [0, 44); a tagged message ends with the tag of route | header | payload.
 void fix_header(std::vector<uint8_t>& message) {
-  if (message.size() < dgc::kMessageHeaderBytes) return;
-  const size_t payload = message.size() - dgc::kMessageHeaderBytes;
+  const size_t header = dgc::kMessageHeaderBytes;
+  if (message.size() < header) return;
+  const bool tagged = (message[6] & dgc::kFlagTagged) != 0;
+  if (tagged && message.size() < header + dgc::kTagBytes) return;
+  const size_t payload = message.size() - header - (tagged ? dgc::kTagBytes : 0);
   put_u32(message.data() + 20, static_cast<uint32_t>(payload));
-  put_u32(message.data() + 24, crc(message.data() + dgc::kMessageHeaderBytes, payload));
-  put_u32(message.data() + 28, crc(message.data(), 28));
+  put_u32(message.data() + 24, crc(message.data() + header, payload));
+  put_u32(message.data() + 44, crc(message.data(), 44));
+  if (tagged) {
+    uint8_t route[8];
+    put_u32(route, kRoute.sender);
+    put_u32(route + 4, kRoute.receiver);
+    const dgc::Tag tag =
+        fuzz_key().tag({route, std::span<const uint8_t>(message.data(), header + payload)});
+    std::memcpy(message.data() + header + payload, tag.data(), tag.size());
+  }
 }
 
 const std::vector<uint64_t>& layout(int which) {
@@ -63,9 +88,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (options & 1) fix_header(message);
   const std::vector<uint64_t>& numels = layout((options >> 1) & 3);
 
+  dgc::MessageExpectation expect;
+  expect.authenticator = &fuzz_key();
+  expect.route = kRoute;
+  if (message.size() >= 16) {
+    for (int i = 0; i < 8; ++i) expect.iteration |= uint64_t{message[8 + i]} << (8 * i);
+  }
+  const bool expecting = (options & 8) != 0;
+
   std::optional<ValidatedMessage> validated;
-  if (!dgc::fuzz::accepted<DecodeError>(
-          [&] { validated.emplace(ValidatedMessage::validate(message, numels)); })) {
+  if (!dgc::fuzz::accepted<DecodeError>([&] {
+        validated.emplace(
+            ValidatedMessage::validate(message, numels, expecting ? &expect : nullptr));
+      })) {
     return 0;
   }
   const dgc::MessageInfo info = validated->info();
@@ -116,11 +151,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Canonical encoding: only entries with at least one element can be rebuilt from the visitor;
   // a message with empty entries is compared on its element count alone.
   if (info.tensor_count == entries.size()) {
-    dgc::MessageWriter writer(info.value_type, info.iteration);
+    dgc::MessageWriter writer(info.value_type, info.iteration, info.run_id);
     for (const Entry& e : entries) writer.add(e.tensor, numels[e.tensor], e.indices, e.values);
-    writer.set_flags(info.flags);
+    writer.set_flags(info.flags & ~dgc::kFlagTagged);
     std::vector<uint8_t> again;
-    writer.finish(again);
+    if (info.flags & dgc::kFlagTagged) {
+      // Only a message whose tag was checked (or made here) can be rebuilt byte for byte.
+      if (!expecting && !(options & 1)) return 0;
+      writer.finish(again, fuzz_key(), kRoute);
+    } else {
+      writer.finish(again);
+    }
     FUZZ_CHECK(again == message, "re-encoding the decoded message gives other bytes (%zu vs %zu)",
                again.size(), message.size());
   }

@@ -3,8 +3,9 @@
 // checkpoints carry (parse_key_value_lines in dgc/core/key_value.h, which also reads the
 // rendezvous records; describe_settings_difference in dgc/train/checkpoint.h).
 //
-// Input: the bytes a peer sent in the handshake; the same bytes, as text, are also a settings
-// text.
+// Input: the bytes a peer sent in the handshake (a byte saying whether it has a job secret, the
+// 16-byte run id field, then its description; the seeds' descriptions follow 17 zero bytes: a
+// rank without a secret); the same bytes, as text, are also a settings text.
 //
 // Promises checked: the handshake throws nothing but dgc::MismatchError, and accepts the peer
 // exactly when it sent what this rank sent; parse_key_value_lines gives keys without '=' or

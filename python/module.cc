@@ -18,11 +18,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dgc/comm/process_group.h"
+#include "dgc/core/auth.h"
 #include "dgc/core/clip.h"
 #include "dgc/core/error.h"
 #include "dgc/train/optimizer.h"
@@ -88,6 +90,12 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   o.lr.warmup_epochs = 0;
   o.lr.decay = LearningRateSchedule::Decay::kConstant;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+  // The job secret, as `dgc train` reads it (never a keyword argument: it would end up in
+  // scripts): with DGC_JOB_SECRET set the hook's exchange messages carry HMAC-SHA256 tags.
+  if (auto secret = load_job_secret("", std::getenv(kJobSecretEnv))) {
+    o.message_key = derive_job_keys(*secret).exchange;
+    wipe(*secret);
+  }
   return o;
 }
 

@@ -12,6 +12,8 @@ void add_bench_compress(CLI::App& bench);
 void add_bench_exchange(CLI::App& bench);
 // dgc bench step: complete SGD steps of well-known models' shapes, dense vs DGC.
 void add_bench_step(CLI::App& bench);
+// dgc bench auth: cost per step of the job secret's HMAC tags (needs libtorch's model shapes).
+void add_bench_auth(CLI::App& bench);
 // dgc train: data-parallel training with or without DGC.
 void add_train(CLI::App& app);
 // dgc plot: PNG and SVG charts (gnuplot) from training metrics and benchmark JSON lines.

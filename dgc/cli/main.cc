@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
 #endif
 #if DGC_WITH_TORCH
   dgc::cli::add_bench_step(*bench);
+  dgc::cli::add_bench_auth(*bench);
 #endif
 #endif
   dgc::cli::add_plot(app);

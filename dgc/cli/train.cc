@@ -28,6 +28,7 @@
 
 #include "dgc/cli/commands.h"
 #include "dgc/comm/launch.h"
+#include "dgc/core/auth.h"
 #include "dgc/core/error.h"
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/data.h"
@@ -63,6 +64,7 @@ struct TrainCommand {
   std::string metrics;
   std::string progress = "auto";
   double timeout_seconds = 60.0;
+  std::string job_secret_file;
 };
 
 SelectionMethod parse_selection(const std::string& name) {
@@ -204,6 +206,14 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   connect_options.workers = local || workers_given ? cmd.workers : 0;
   connect_options.rendezvous = cmd.rendezvous;
   connect_options.gloo.timeout = opt.timeout;
+  // The job secret (a private file or DGC_JOB_SECRET, never the command line) becomes the
+  // rendezvous and exchange keys; the secret itself is wiped at once.
+  if (auto secret = load_job_secret(cmd.job_secret_file, std::getenv(kJobSecretEnv))) {
+    const JobKeys keys = derive_job_keys(*secret);
+    wipe(*secret);
+    connect_options.gloo.rendezvous_key = keys.rendezvous;
+    opt.message_key = keys.exchange;
+  }
   comm::check_launch(env, connect_options);
   const int workers = local ? cmd.workers : env.world_size;
   if (options.threads == 0) options.threads = comm::threads_per_worker(env, cmd.workers);
@@ -274,6 +284,11 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
             "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
             cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
+        std::printf("  job %s: %s\n", info.run_id.c_str(),
+                    info.authenticated
+                        ? "messages and rendezvous values authenticated (HMAC-SHA256, job secret)"
+                        : "messages not authenticated (no job secret: set DGC_JOB_SECRET or "
+                          "--job-secret-file)");
         if (!info.resumed_from.empty()) {
           const int64_t inside = info.start_iteration -
                                  static_cast<int64_t>(info.start_epoch) * info.iterations_per_epoch;
@@ -464,6 +479,11 @@ void add_train(CLI::App& app) {
                   "--backend gloo, or under torchrun instead of the TCP store)");
   sub->add_option("--timeout", cmd->timeout_seconds, "Timeout of every collective, seconds")
       ->capture_default_str();
+  sub->add_option("--job-secret-file", cmd->job_secret_file,
+                  "File (mode 600, the same on every rank) holding the job secret; or set "
+                  "DGC_JOB_SECRET. With a secret, exchange messages and rendezvous values carry "
+                  "HMAC-SHA256 tags and a rank with another secret is refused (docs/"
+                  "reliability.md). Never give the secret itself on the command line");
   sub->add_option("--compression", cmd->compression, "dgc, or none for the dense baseline")
       ->check(CLI::IsMember({"dgc", "none"}))
       ->capture_default_str();

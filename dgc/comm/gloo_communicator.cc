@@ -48,6 +48,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dgc/comm/authenticated_store.h"
 #include "dgc/comm/gloo_rendezvous.h"
 #include "dgc/comm/launch.h"
 #include "dgc/comm/tcp_store.h"
@@ -493,8 +494,16 @@ void ignore_sigpipe() {
   });
 }
 
-std::unique_ptr<Communicator> connect_gloo(const Rendezvous& rv, int rank, int world_size,
-                                           const std::string& hostname, Timeout timeout) {
+std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, int world_size,
+                                           const std::string& hostname, Timeout timeout,
+                                           const std::optional<MacKey>& rendezvous_key) {
+  // With a job secret every value goes through the tagging decorator, Gloo's included.
+  std::optional<AuthenticatedStore> authenticated;
+  const Rendezvous rv =
+      rendezvous_key
+          ? Rendezvous{authenticated.emplace(plain.store, *rendezvous_key, plain.description),
+                       plain.has, plain.description, plain.add, plain.serving}
+          : plain;
   DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
   ignore_sigpipe();
   DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
@@ -650,7 +659,8 @@ std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout);
+        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout,
+                                options.rendezvous_key);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -677,7 +687,8 @@ std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, in
                        [&] { return std::make_unique<DirectoryStore>(directory); });
   Rendezvous rv{*store, [&store](const std::string& k) { return store->has(k); },
                 detail::concat("directory '", directory, "'")};
-  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout);
+  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout,
+                      options.rendezvous_key);
 }
 
 namespace {
@@ -695,7 +706,7 @@ std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, 
   const std::string hostname = !options.hostname.empty() ? options.hostname
                                : !local_address.empty()  ? local_address
                                                          : this_host();
-  return connect_gloo(rv, rank, world_size, hostname, options.timeout);
+  return connect_gloo(rv, rank, world_size, hostname, options.timeout, options.rendezvous_key);
 }
 
 std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/core/auth.h"
 
 namespace dgc::comm {
 
@@ -43,6 +44,12 @@ struct GlooOptions {
   std::string hostname;
   // Timeout for rendezvous (waiting for all ranks to appear) and the default for collectives.
   Timeout timeout = kDefaultTimeout;
+  // The job's rendezvous key (JobKeys::rendezvous, dgc/core/auth.h) when the job has a secret:
+  // every value this rank writes to the rendezvous store is tagged and every value it reads is
+  // verified (authenticated_store.h); a value without a valid tag (a stranger, or a rank given
+  // another secret) stops this rank with a dgc::AuthenticationError naming the key. Gloo's data
+  // connections themselves stay plain TCP (docs/reliability.md).
+  std::optional<MacKey> rendezvous_key;
 };
 
 // Where the TCP rendezvous store is and who serves it.

@@ -16,7 +16,8 @@ namespace {
 
 constexpr uint8_t kMagic[4] = {'D', 'G', 'C', '1'};
 constexpr size_t kHeaderBytes = kMessageHeaderBytes;
-constexpr size_t kHeaderCrcOffset = 28;  // the header crc covers bytes [0, 28)
+constexpr size_t kRunIdOffset = 28;
+constexpr size_t kHeaderCrcOffset = 44;  // the header crc covers bytes [0, 44)
 constexpr size_t kMaxVarintBytes = 10;
 
 template <typename T>
@@ -120,7 +121,8 @@ inline uint64_t validated_varint(const uint8_t*& p) {
 }
 
 // Validates the whole message and returns its summary; throws dgc::DecodeError.
-MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels) {
+MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels,
+                  const MessageExpectation* expect) {
   using Reason = DecodeError::Reason;
   const uint8_t* bytes = message.data();
   const size_t size = message.size();
@@ -156,21 +158,66 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
   }
   info.flags = flags;
   info.iteration = load_le<uint64_t>(bytes + 8);
+  std::memcpy(info.run_id.data(), bytes + kRunIdOffset, kRunIdBytes);
   info.tensor_count = load_le<uint32_t>(bytes + 16);
-  const uint32_t payload_bytes = load_le<uint32_t>(bytes + 20);
-  const size_t available = size - kHeaderBytes;
-  if (available < payload_bytes) {
-    fail(Reason::kTruncated, detail::concat("header announces ", payload_bytes,
-                                            " payload bytes, the message holds ", available));
+  const bool tagged = (flags & kFlagTagged) != 0;
+  if (expect != nullptr) {
+    // Whose message is it? Checked before its length and tag: a stranger's message is named as
+    // such, whatever else is wrong with it.
+    if (info.run_id != expect->run_id) {
+      fail(Reason::kForeignRun,
+           detail::concat("from another job: run id ", to_hex(info.run_id), ", this job's is ",
+                          to_hex(expect->run_id),
+                          "; is another job (or an earlier attempt of this one) sending to this "
+                          "rank's ports?"));
+    }
+    if (info.iteration != expect->iteration) {
+      fail(Reason::kWrongIteration,
+           detail::concat("for iteration ", info.iteration, " but this rank is at iteration ",
+                          expect->iteration, "; the ranks are out of step (or the message is "
+                          "replayed)"));
+    }
   }
-  if (available > payload_bytes) {
-    fail(Reason::kMalformed,
-         detail::concat(available - payload_bytes,
-                        " trailing bytes after the announced payload of ", payload_bytes));
+  const uint32_t payload_bytes = load_le<uint32_t>(bytes + 20);
+  const size_t trailer = tagged ? kTagBytes : 0;
+  const size_t available = size - kHeaderBytes;
+  if (available < payload_bytes + trailer) {
+    fail(Reason::kTruncated,
+         detail::concat("header announces ", payload_bytes, " payload bytes",
+                        tagged ? " and a tag" : "", ", the message holds ", available));
+  }
+  if (available > payload_bytes + trailer) {
+    fail(Reason::kMalformed, detail::concat(available - payload_bytes - trailer,
+                                            " trailing bytes after the announced payload of ",
+                                            payload_bytes, tagged ? " and the tag" : ""));
   }
   const uint8_t* payload = bytes + kHeaderBytes;
   if (crc_of(payload, payload_bytes) != load_le<uint32_t>(bytes + 24)) {
     fail(Reason::kBadChecksum, "payload checksum mismatch (payload corrupted)");
+  }
+  if (expect != nullptr) {
+    if (expect->authenticator == nullptr && tagged) {
+      fail(Reason::kBadTag,
+           "carries an authentication tag but this rank has no job secret; give every rank the "
+           "same secret (DGC_JOB_SECRET or --job-secret-file) or none");
+    }
+    if (expect->authenticator != nullptr) {
+      if (!tagged) {
+        fail(Reason::kBadTag,
+             "carries no authentication tag but this job has a secret: refused (a sender "
+             "without the job secret is not a rank of this job)");
+      }
+      uint8_t route[8];
+      store_le<uint32_t>(route, expect->route.sender);
+      store_le<uint32_t>(route + 4, expect->route.receiver);
+      const std::span<const uint8_t> signed_bytes(bytes, kHeaderBytes + payload_bytes);
+      if (!expect->authenticator->verify({route, signed_bytes},
+                                         message.subspan(kHeaderBytes + payload_bytes))) {
+        fail(Reason::kBadTag,
+             "authentication tag does not verify: the message was altered, replayed from "
+             "another rank, or made without this job's secret; refused");
+      }
+    }
   }
   if (info.tensor_count > payload_bytes / 3) {  // every entry takes at least 3 bytes
     fail(Reason::kMalformed, detail::concat(info.tensor_count, " tensor entries cannot fit in ",
@@ -300,7 +347,8 @@ ValueType parse_value_type(std::string_view name) {
                         "': expected fp32, fp16 or bf16");
 }
 
-MessageWriter::MessageWriter(ValueType value_type, uint64_t iteration) {
+MessageWriter::MessageWriter(ValueType value_type, uint64_t iteration, const RunId& run_id)
+    : run_id_(run_id) {
   reset(value_type, iteration);
 }
 
@@ -360,36 +408,53 @@ void MessageWriter::add(uint32_t tensor_id, uint64_t numel, std::span<const uint
 
 void MessageWriter::set_flags(uint16_t flags) {
   DGC_CHECK_EQ(flags & ~kKnownFlags, 0, "unknown message flags ", flags);
+  DGC_CHECK_EQ(flags & kFlagTagged, 0, "kFlagTagged is set by finish() with an authenticator");
   flags_ = flags;
 }
 
-void MessageWriter::finish(std::vector<uint8_t>& out) {
+void MessageWriter::finish(std::vector<uint8_t>& out) { finish(out, 0, 0); }
+
+void MessageWriter::finish(std::vector<uint8_t>& out, const MessageAuthenticator& auth,
+                           MessageRoute route) {
+  finish(out, kFlagTagged, kTagBytes);
+  uint8_t route_bytes[8];
+  store_le<uint32_t>(route_bytes, route.sender);
+  store_le<uint32_t>(route_bytes + 4, route.receiver);
+  const size_t signed_size = out.size() - kTagBytes;
+  const Tag tag = auth.tag({route_bytes, std::span<const uint8_t>(out.data(), signed_size)});
+  std::memcpy(out.data() + signed_size, tag.data(), kTagBytes);
+}
+
+void MessageWriter::finish(std::vector<uint8_t>& out, uint16_t extra_flags,
+                           size_t trailer_bytes) {
   DGC_CHECK_LE(payload_.size(), size_t{std::numeric_limits<uint32_t>::max()},
                "message payload too large for one message");
   out.clear();
-  out.resize(kHeaderBytes + payload_.size());
+  out.resize(kHeaderBytes + payload_.size() + trailer_bytes);
   uint8_t* h = out.data();
   std::memcpy(h, kMagic, 4);
   h[4] = kCodecVersion;
   h[5] = static_cast<uint8_t>(value_type_);
-  store_le<uint16_t>(h + 6, flags_);
+  store_le<uint16_t>(h + 6, static_cast<uint16_t>(flags_ | extra_flags));
   store_le<uint64_t>(h + 8, iteration_);
   store_le<uint32_t>(h + 16, tensor_count_);
   store_le<uint32_t>(h + 20, static_cast<uint32_t>(payload_.size()));
   store_le<uint32_t>(h + 24, crc_of(payload_.data(), payload_.size()));
+  std::memcpy(h + kRunIdOffset, run_id_.data(), kRunIdBytes);
   store_le<uint32_t>(h + kHeaderCrcOffset, crc_of(h, kHeaderCrcOffset));
   if (!payload_.empty()) std::memcpy(h + kHeaderBytes, payload_.data(), payload_.size());
 }
 
 ValidatedMessage ValidatedMessage::validate(std::span<const uint8_t> message,
-                                            std::span<const uint64_t> expected_numels) {
-  const MessageInfo info = parse(message, expected_numels);
+                                            std::span<const uint64_t> expected_numels,
+                                            const MessageExpectation* expect) {
+  const MessageInfo info = parse(message, expected_numels, expect);
   return ValidatedMessage(message, expected_numels, info);
 }
 
 MessageInfo validate_message(std::span<const uint8_t> message,
                              std::span<const uint64_t> expected_numels) {
-  return parse(message, expected_numels);
+  return parse(message, expected_numels, nullptr);
 }
 
 void for_each_element(const ValidatedMessage& message, const ElementVisitor& visit) {

@@ -24,9 +24,23 @@ class InvalidArgument : public Error {
 };
 
 // A wire message failed validation. Nothing was written to any output buffer.
+//   kForeignRun:     the message names another job (run id) than the receiver's;
+//   kWrongIteration: it is for another iteration than the receiver's;
+//   kBadTag:         its authentication tag is missing, wrong, or present where the receiver
+//                    has no job secret (see dgc/core/auth.h).
 class DecodeError : public Error {
  public:
-  enum class Reason { kTruncated, kBadMagic, kBadVersion, kBadChecksum, kOutOfRange, kMalformed };
+  enum class Reason {
+    kTruncated,
+    kBadMagic,
+    kBadVersion,
+    kBadChecksum,
+    kOutOfRange,
+    kMalformed,
+    kForeignRun,
+    kWrongIteration,
+    kBadTag
+  };
   DecodeError(Reason reason, const std::string& what) : Error(what), reason_(reason) {}
   Reason reason() const noexcept { return reason_; }
 
@@ -48,6 +62,13 @@ class TimeoutError : public CommError {
 
 // Ranks disagree on something they must agree on (tensor layout, settings, world size).
 class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A rendezvous value or handshake message failed authentication under the job secret: it was
+// not written by a rank of this job, or the ranks were given different secrets.
+class AuthenticationError : public Error {
  public:
   using Error::Error;
 };

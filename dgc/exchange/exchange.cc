@@ -1,6 +1,8 @@
 #include "dgc/exchange/exchange.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -21,6 +23,12 @@ namespace {
 
 const char* path_name(TensorPath path) {
   return path == TensorPath::kCompressed ? "compressed" : "dense";
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  return out.str();
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -230,19 +238,80 @@ ExchangeBytes& ExchangeBytes::operator-=(const ExchangeBytes& other) {
   return *this;
 }
 
-void handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
-               const std::string& settings, comm::Timeout timeout) {
-  const auto mine = serialise(static_cast<uint32_t>(comm.size()), layout, settings);
+RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
+                const std::string& settings, comm::Timeout timeout,
+                const MessageAuthenticator* auth) {
+  // What travels: u8 authenticated | run id (rank 0's counts) | description | tag (32 bytes,
+  // authenticated only) over "DGCH-auth" | sender rank u32 | everything before the tag.
+  static constexpr std::string_view kTagContext = "DGCH-auth";
+  const auto tag_input = [](int rank) {
+    std::array<uint8_t, kTagContext.size() + 4> out{};
+    std::memcpy(out.data(), kTagContext.data(), kTagContext.size());
+    for (int i = 0; i < 4; ++i) {
+      out[kTagContext.size() + i] = static_cast<uint8_t>(static_cast<uint32_t>(rank) >> (8 * i));
+    }
+    return out;
+  };
+  const RunId drawn = comm.rank() == 0 ? random_run_id() : RunId{};
+  std::vector<uint8_t> mine = {static_cast<uint8_t>(auth != nullptr ? 1 : 0)};
+  mine.insert(mine.end(), drawn.begin(), drawn.end());
+  const auto description = serialise(static_cast<uint32_t>(comm.size()), layout, settings);
+  mine.insert(mine.end(), description.begin(), description.end());
+  if (auth != nullptr) {
+    const Tag tag = auth->tag({tag_input(comm.rank()), mine});
+    mine.insert(mine.end(), tag.begin(), tag.end());
+  }
   const auto gathered = comm.allgatherv(mine, timeout);
   const int n = comm.size();
+  constexpr size_t kPrefix = 1 + kRunIdBytes;
+  const auto unreadable = [&](int r) {
+    return MismatchError(detail::concat(
+        "handshake: rank ", r, " sent a description this rank cannot read (", gathered[r].size(),
+        " bytes); are all ranks running the same dgc version?"));
+  };
+  // Authentication first: a rank without the job's secret is named before anything it sent is
+  // read.
+  std::vector<int> with_key, without_key;
+  for (int r = 0; r < n; ++r) {
+    if (gathered[r].size() < kPrefix || gathered[r][0] > 1) throw unreadable(r);
+    (gathered[r][0] == 1 ? with_key : without_key).push_back(r);
+  }
+  if (!with_key.empty() && !without_key.empty()) {
+    const auto ranks_have = [](const std::vector<int>& ranks) {
+      return detail::concat(ranks.size() > 1 ? "ranks " : "rank ", rank_list(ranks),
+                            ranks.size() > 1 ? " have" : " has");
+    };
+    throw MismatchError(detail::concat(
+        "handshake: ", ranks_have(with_key), " a job secret, ", ranks_have(without_key),
+        " none; give every rank the same secret (", kJobSecretEnv,
+        " or --job-secret-file) or none"));
+  }
+  std::vector<std::span<const uint8_t>> bodies(n);
+  std::vector<int> forged;
+  for (int r = 0; r < n; ++r) {
+    std::span<const uint8_t> body(gathered[r]);
+    if (auth != nullptr) {
+      if (body.size() < kPrefix + kTagBytes) throw unreadable(r);
+      const auto signed_part = body.first(body.size() - kTagBytes);
+      if (!auth->verify({tag_input(r), signed_part}, body.last(kTagBytes))) forged.push_back(r);
+      body = signed_part;
+    }
+    bodies[r] = body.subspan(kPrefix);
+  }
+  if (!forged.empty()) {
+    throw AuthenticationError(detail::concat(
+        "handshake: the description of rank", forged.size() > 1 ? "s " : " ",
+        rank_list(forged), " does not carry a valid tag under rank ", comm.rank(),
+        "'s job secret: the ranks were given different secrets (", kJobSecretEnv,
+        " or --job-secret-file), or a stranger is on the connection; give every rank the same "
+        "secret"));
+  }
+  RunId run_id{};
+  std::memcpy(run_id.data(), gathered[0].data() + 1, kRunIdBytes);
   std::vector<Description> all(n);
   for (int r = 0; r < n; ++r) {
-    auto d = parse(gathered[r]);
-    if (!d) {
-      throw MismatchError(detail::concat(
-          "handshake: rank ", r, " sent a description this rank cannot read (", gathered[r].size(),
-          " bytes); are all ranks running the same dgc version?"));
-    }
+    auto d = parse(bodies[r]);
+    if (!d) throw unreadable(r);
     all[r] = std::move(*d);
   }
   for (const Item& item : items_of(all)) {
@@ -262,6 +331,7 @@ void handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
            "compression settings.";
     throw MismatchError(out.str());
   }
+  return run_id;
 }
 
 void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
@@ -348,7 +418,9 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
   if (options_.algorithm == ExchangeAlgorithm::kAuto) {
     settings += detail::concat("exchange.density=", options_.density, "\n");
   }
-  handshake(comm_, layout_, settings, options_.timeout);
+  if (options_.message_key) authenticator_.emplace(*options_.message_key);
+  run_id_ = handshake(comm_, layout_, settings, options_.timeout,
+                      authenticator_ ? &*authenticator_ : nullptr);
 }
 
 void Exchange::forget_updates() { written_known_ = false; }
@@ -366,26 +438,35 @@ double seconds_since(Clock::time_point& start) {
 
 }  // namespace
 
-void Exchange::validate_all(uint64_t iteration, const char* what, int& flagged) {
+void Exchange::validate_all(uint64_t iteration, const char* what, uint32_t receiver,
+                            int& flagged) {
   const int n = comm_.size();
   validated_.clear();
   validated_.reserve(static_cast<size_t>(n));
   flagged = 0;
+  MessageExpectation expect;
+  expect.run_id = run_id_;
+  expect.iteration = iteration;
+  expect.authenticator = authenticator_ ? &*authenticator_ : nullptr;
+  expect.route.receiver = receiver;
   for (int r = 0; r < n; ++r) {
+    expect.route.sender = static_cast<uint32_t>(r);
     try {
-      validated_.push_back(ValidatedMessage::validate(received_[r], compressed_numels_));
+      validated_.push_back(ValidatedMessage::validate(received_[r], compressed_numels_, &expect));
     } catch (const DecodeError& e) {
       throw DecodeError(e.reason(), detail::concat(what, " from rank ", r, " of ", n,
                                                    " (iteration ", iteration, "): ", e.what()));
     }
-    const MessageInfo& info = validated_.back().info();
-    if (info.iteration != iteration) {
-      throw DecodeError(DecodeError::Reason::kMalformed,
-                        detail::concat(what, " from rank ", r, " is for iteration ", info.iteration,
-                                       " but this rank is at iteration ", iteration,
-                                       "; the ranks are out of step"));
-    }
-    if (info.flags & kFlagBadGradient) ++flagged;
+    if (validated_.back().info().flags & kFlagBadGradient) ++flagged;
+  }
+}
+
+void Exchange::finish(MessageWriter& writer, std::vector<uint8_t>& out, uint32_t receiver) {
+  if (authenticator_) {
+    writer.finish(out, *authenticator_, {static_cast<uint32_t>(comm_.rank()), receiver});
+    last_.message_headers += kTagBytes;
+  } else {
+    writer.finish(out);
   }
 }
 
@@ -398,22 +479,44 @@ void Exchange::add_entry(MessageWriter& writer, size_t i, std::span<const uint32
 }
 
 void Exchange::sum_dense(uint64_t iteration, std::span<float> dense_flat) {
-  if (options_.dense_value_type == ValueType::kFloat32) {
+  if (options_.dense_value_type == ValueType::kFloat32 && !authenticator_) {
     comm_.allreduce_sum(dense_flat, options_.timeout);
     return;
   }
-  // 16-bit values, little endian, one buffer per rank.
-  const bool half = options_.dense_value_type == ValueType::kFloat16;
-  std::vector<uint8_t> mine(2 * dense_flat.size());
+  // One buffer per rank, little endian (fp32, or 16-bit values), with a job key followed by its
+  // tag over the run id, the iteration and the sender.
+  const auto type = options_.dense_value_type;
+  const size_t width = type == ValueType::kFloat32 ? 4 : 2;
+  const size_t values_bytes = width * dense_flat.size();
+  std::vector<uint8_t> mine(values_bytes);
   for (size_t e = 0; e < dense_flat.size(); ++e) {
-    const uint16_t bits = half ? fp16_from_float(dense_flat[e]) : bf16_from_float(dense_flat[e]);
-    mine[2 * e] = static_cast<uint8_t>(bits);
-    mine[2 * e + 1] = static_cast<uint8_t>(bits >> 8);
+    const uint32_t bits = type == ValueType::kFloat32   ? std::bit_cast<uint32_t>(dense_flat[e])
+                          : type == ValueType::kFloat16 ? fp16_from_float(dense_flat[e])
+                                                        : bf16_from_float(dense_flat[e]);
+    for (size_t b = 0; b < width; ++b) mine[width * e + b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  const auto context = [&](int sender) {
+    std::array<uint8_t, 4 + kRunIdBytes + 8 + 4> out{'D', 'G', 'C', 'D'};
+    std::memcpy(out.data() + 4, run_id_.data(), kRunIdBytes);
+    for (int i = 0; i < 8; ++i) out[4 + kRunIdBytes + i] = static_cast<uint8_t>(iteration >> (8 * i));
+    for (int i = 0; i < 4; ++i) {
+      out[4 + kRunIdBytes + 8 + i] = static_cast<uint8_t>(static_cast<uint32_t>(sender) >> (8 * i));
+    }
+    return out;
+  };
+  if (authenticator_) {
+    const Tag tag = authenticator_->tag({context(comm_.rank()), mine});
+    mine.insert(mine.end(), tag.begin(), tag.end());
+    last_.message_headers += kTagBytes;
+    last_.message += kTagBytes;
   }
   const auto all = comm_.allgatherv(mine, options_.timeout);
-  const auto value = [half](const std::vector<uint8_t>& bytes, size_t e) {
-    const auto bits = static_cast<uint16_t>(bytes[2 * e] | (bytes[2 * e + 1] << 8));
-    return half ? fp16_to_float(bits) : bf16_to_float(bits);
+  const auto value = [type, width](const std::vector<uint8_t>& bytes, size_t e) {
+    uint32_t bits = 0;
+    for (size_t b = 0; b < width; ++b) bits |= uint32_t{bytes[width * e + b]} << (8 * b);
+    return type == ValueType::kFloat32   ? std::bit_cast<float>(bits)
+           : type == ValueType::kFloat16 ? fp16_to_float(static_cast<uint16_t>(bits))
+                                         : bf16_to_float(static_cast<uint16_t>(bits));
   };
   // Every rank's buffer is checked before anything is written.
   for (size_t r = 0; r < all.size(); ++r) {
@@ -422,7 +525,18 @@ void Exchange::sum_dense(uint64_t iteration, std::span<float> dense_flat) {
           DecodeError::Reason::kMalformed,
           detail::concat("dense path from rank ", r, " (iteration ", iteration, ") has ",
                          all[r].size(), " bytes, expected ", mine.size(), " (", dense_flat.size(),
-                         " ", to_string(options_.dense_value_type), " values)"));
+                         " ", to_string(type), " values", authenticator_ ? " and a tag" : "",
+                         ")"));
+    }
+    if (authenticator_ &&
+        !authenticator_->verify({context(static_cast<int>(r)),
+                                 std::span<const uint8_t>(all[r]).first(values_bytes)},
+                                std::span<const uint8_t>(all[r]).subspan(values_bytes))) {
+      throw DecodeError(DecodeError::Reason::kBadTag,
+                        detail::concat("dense path from rank ", r, " (iteration ", iteration,
+                                       "): authentication tag does not verify (altered, replayed "
+                                       "from another step or rank, or made without this job's "
+                                       "secret); refused"));
     }
     for (size_t e = 0; e < dense_flat.size(); ++e) {
       if (!std::isfinite(value(all[r], e))) {
@@ -443,14 +557,14 @@ void Exchange::sum_dense(uint64_t iteration, std::span<float> dense_flat) {
 void Exchange::exchange_messages(uint64_t iteration, std::span<const Selection> selections,
                                  uint16_t flags, int& flagged) {
   auto clock = Clock::now();
-  MessageWriter writer(options_.value_type, iteration);
+  MessageWriter writer(options_.value_type, iteration, run_id_);
   writer.set_flags(flags);
   for (size_t i = 0; i < compressed_.size(); ++i) {
     add_entry(writer, i, selections[i].indices, selections[i].values);
   }
-  writer.finish(message_);
-  last_.message = message_.size();
   last_.message_headers = kMessageHeaderBytes;
+  finish(writer, message_, kEveryRank);
+  last_.message = message_.size();
   timings_.encode += seconds_since(clock);
 
   if (algorithm_ == ExchangeAlgorithm::kDirect) {
@@ -461,7 +575,7 @@ void Exchange::exchange_messages(uint64_t iteration, std::span<const Selection> 
     received_ = comm_.allgatherv(message_, options_.timeout);
   }
   timings_.collective += seconds_since(clock);
-  validate_all(iteration, "message", flagged);
+  validate_all(iteration, "message", kEveryRank, flagged);
   timings_.validate += seconds_since(clock);
 }
 
@@ -475,7 +589,7 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
 
   // 1. Split this rank's selection by region: one message per owner.
   owner_messages_.resize(static_cast<size_t>(n));
-  MessageWriter writer(options_.value_type, iteration);
+  MessageWriter writer(options_.value_type, iteration, run_id_);
   last_.message = 0;
   for (int p = 0; p < n; ++p) {
     writer.reset(options_.value_type, iteration);
@@ -496,9 +610,9 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
       add_entry(writer, i, std::span<const uint32_t>(indices).subspan(from, count),
                 std::span<const float>(selections[i].values).subspan(from, count));
     }
-    writer.finish(owner_messages_[p]);
-    last_.message += owner_messages_[p].size();
     last_.message_headers += kMessageHeaderBytes;
+    finish(writer, owner_messages_[p], static_cast<uint32_t>(p));
+    last_.message += owner_messages_[p].size();
   }
   timings_.encode += seconds_since(clock);
 
@@ -507,7 +621,7 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
                                                        owner_messages_.end());
   received_ = comm_.alltoallv(to_owner, options_.timeout);
   timings_.collective += seconds_since(clock);
-  validate_all(iteration, "region message", flagged);
+  validate_all(iteration, "region message", static_cast<uint32_t>(me), flagged);
   timings_.validate += seconds_since(clock);
   if (flagged > 0) return;  // every rank saw every rank's flag: all stop here together
 
@@ -548,7 +662,11 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
     }
     if (!local.empty()) writer.add(static_cast<uint32_t>(i), compressed_numels_[i], local, values);
   }
-  writer.finish(message_);
+  if (authenticator_) {
+    writer.finish(message_, *authenticator_, {static_cast<uint32_t>(me), kEveryRank});
+  } else {
+    writer.finish(message_);
+  }
   timings_.encode += seconds_since(clock);
   // Every rank sends its kept sums straight to every rank (alltoallv with the same message):
   // one round for the sizes and one for the payload, where a ring allgather would take N-1.
@@ -556,7 +674,7 @@ void Exchange::sparse_allreduce(uint64_t iteration, std::span<const Selection> s
   received_ = comm_.alltoallv(to_each, options_.timeout);
   timings_.collective += seconds_since(clock);
   int unused_flags = 0;
-  validate_all(iteration, "reduced region message", unused_flags);
+  validate_all(iteration, "reduced region message", kEveryRank, unused_flags);
   // Owner p may only send sums of region p: otherwise positions would be applied twice and the
   // hand-back below would be wrong. Checked before anything is written.
   for (int p = 0; p < n; ++p) {

@@ -7,6 +7,15 @@
 // add), scaled by 1/N. Tensors on the dense path travel fused in one flat buffer, one allreduce
 // per iteration, averaged.
 //
+// Job identity: rank 0 draws a random run id (auth.h) and every rank learns it at the handshake;
+// every message carries it and the iteration, and a message of another job or another iteration
+// is refused (DecodeError kForeignRun / kWrongIteration) before anything is applied. With a job
+// key (ExchangeOptions::message_key) every message, the dense path and the handshake carry an
+// HMAC-SHA256 tag bound to the run id, the iteration and the sender (and receiver), and anything
+// without a valid tag is refused (DecodeError kBadTag; AuthenticationError at the handshake).
+// The dense path then travels as one tagged allgatherv instead of the allreduce (every rank sums
+// the ranks' buffers in rank order), since a ring allreduce's partial sums cannot be tagged.
+//
 // All functions here are collective unless stated otherwise.
 #pragma once
 
@@ -59,6 +68,10 @@ struct ExchangeOptions {
   // Free-form description of every setting that all ranks must agree on (density, momentum,
   // schedules, ...), as "key=value" lines. The handshake compares it line by line.
   std::string settings;
+  // The job's exchange key (JobKeys::exchange of derive_job_keys(secret)), when the job has a
+  // secret: every message is tagged and verified (see the top). Every rank must have the same
+  // key or none; a difference stops every rank at the handshake with an AuthenticationError.
+  std::optional<MacKey> message_key;
 };
 
 // Bytes for one iteration and cumulative. "message" bytes are what this worker contributes (its
@@ -71,7 +84,9 @@ struct ExchangeBytes {
   uint64_t message_compressed = 0;  // the entries of the compressed tensors in the message
   // The dense path: its values, or the entry of the dense-path group (dense_path_group).
   uint64_t message_dense_path = 0;
-  uint64_t message_headers = 0;  // the messages' headers (kMessageHeaderBytes each)
+  // The messages' headers (kMessageHeaderBytes each) and, with a job key, their tags and the
+  // dense path's tag (kTagBytes each).
+  uint64_t message_headers = 0;
   uint64_t dense_gradient = 0;   // 4 bytes x every element of every tensor (the paper's baseline)
   uint64_t wire_sent = 0;        // bytes this rank sent in the collectives
   uint64_t wire_received = 0;
@@ -97,9 +112,15 @@ struct ExchangeTimings {
 
 // Start-up handshake: every rank checks that all ranks have the same world size, the same layout
 // (names, shapes, paths, order) and the same settings. On any difference every rank throws
-// dgc::MismatchError naming the first difference and the ranks involved.
-void handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
-               const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout);
+// dgc::MismatchError naming the first difference and the ranks involved. Returns the job's run
+// id: rank 0's random_run_id(), the same on every rank.
+// With `auth` every rank's description carries a tag under it, bound to the sender's rank; a
+// rank whose tag does not verify (another secret) makes every rank throw
+// dgc::AuthenticationError, and ranks of which some have a key and some not throw
+// dgc::MismatchError, both naming the ranks.
+RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
+                const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout,
+                const MessageAuthenticator* auth = nullptr);
 
 // Overwrites every rank's `parameters` with rank 0's.
 void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
@@ -114,6 +135,9 @@ class Exchange {
 
   // The algorithm run() uses (never kAuto).
   ExchangeAlgorithm algorithm() const { return algorithm_; }
+  // The job's run id (from the handshake) and whether messages are authenticated (a job key).
+  const RunId& run_id() const { return run_id_; }
+  bool authenticated() const { return authenticator_.has_value(); }
 
   const std::vector<TensorSpec>& layout() const { return layout_; }
   // Indices into layout() of the compressed and dense tensors, in layout order.
@@ -144,7 +168,9 @@ class Exchange {
   // Returns the number of ranks that passed local_ok == false; when > 0 every rank gets the same
   // count and must not apply the outputs (they are unspecified). A rank that flags still takes
   // part in the collectives so nobody hangs.
-  // Throws dgc::CommError / dgc::DecodeError; on a DecodeError it names the sending rank.
+  // Throws dgc::CommError / dgc::DecodeError; on a DecodeError it names the sending rank. A
+  // message of another job (run id) or another iteration, or, with a job key, one without a
+  // valid tag, is a DecodeError (kForeignRun, kWrongIteration, kBadTag) and nothing is applied.
   int run(uint64_t iteration, std::span<const Selection> selections,
           std::span<const std::span<float>> updates, std::span<float> dense_flat,
           bool local_ok = true, std::span<Selection> unapplied = {});
@@ -168,7 +194,10 @@ class Exchange {
                          int& flagged);
   void sparse_allreduce(uint64_t iteration, std::span<const Selection> selections, uint16_t flags,
                         int& flagged);
-  void validate_all(uint64_t iteration, const char* what, int& flagged);
+  // Validates received_[r] as sent by rank r to `receiver` (kEveryRank or this rank).
+  void validate_all(uint64_t iteration, const char* what, uint32_t receiver, int& flagged);
+  // Finishes `writer` into `out`, tagged for `receiver` when the job has a key.
+  void finish(MessageWriter& writer, std::vector<uint8_t>& out, uint32_t receiver);
   // Appends compressed tensor i's entry to `writer` and counts its bytes in last_.
   void add_entry(MessageWriter& writer, size_t i, std::span<const uint32_t> indices,
                  std::span<const float> values);
@@ -184,6 +213,8 @@ class Exchange {
   uint64_t dense_numel_ = 0;  // elements of all dense-path tensors
   uint64_t total_numel_ = 0;  // elements of all tensors
   ExchangeAlgorithm algorithm_ = ExchangeAlgorithm::kAllgather;
+  RunId run_id_{};
+  std::optional<MessageAuthenticator> authenticator_;
   std::vector<uint64_t> offsets_;  // global index of each compressed tensor's first element
   std::optional<size_t> group_;    // index into compressed_ of the dense-path group
   std::vector<uint8_t> message_;

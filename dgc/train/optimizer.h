@@ -73,6 +73,8 @@ class DistributedOptimizer {
   // Bytes of the last step, of all steps so far (carried over by checkpoints) and of the steps
   // after warm-up only.
   const ExchangeBytes& last_bytes() const { return step_.last_bytes(); }
+  const RunId& run_id() const { return step_.run_id(); }
+  bool authenticated() const { return step_.authenticated(); }
   const ExchangeBytes& total_bytes() const { return step_.total_bytes(); }
   const ExchangeBytes& post_warmup_bytes() const { return step_.post_warmup_bytes(); }
   // The parts of the last step() (zeros before the first).

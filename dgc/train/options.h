@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/core/auth.h"
 #include "dgc/core/clip.h"
 #include "dgc/core/options.h"
 #include "dgc/core/policy.h"
@@ -106,6 +108,11 @@ struct OptimizerOptions {
 
   // Timeout of every collective the optimizer runs.
   comm::Timeout timeout = comm::kDefaultTimeout;
+
+  // The job's exchange key (JobKeys::exchange, dgc/core/auth.h) when the job has a secret: the
+  // exchange tags and verifies every message (exchange.h). Not part of describe(): it never
+  // travels in the handshake's settings nor lands in a checkpoint.
+  std::optional<MacKey> message_key;
 };
 
 // The "key=value" lines of every setting all ranks must agree on (sent through the handshake and

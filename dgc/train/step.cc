@@ -78,6 +78,7 @@ DistributedStep::DistributedStep(
   exchange_options.settings = settings_;
   exchange_options.algorithm = options_.exchange;
   exchange_options.density = options_.density.density;
+  exchange_options.message_key = options_.message_key;
   std::vector<TensorSpec> exchange_layout;
   if (grouped_) {
     // The compressed tensors, then the dense-path group in their place.

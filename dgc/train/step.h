@@ -119,6 +119,9 @@ class DistributedStep {
   std::span<const float> dense_residual() const { return dense_residual_; }
 
   const ExchangeBytes& last_bytes() const { return exchange_->last(); }
+  // The job's run id (from the exchange handshake) and whether its messages are authenticated.
+  const RunId& run_id() const { return exchange_->run_id(); }
+  bool authenticated() const { return exchange_->authenticated(); }
   const ExchangeBytes& total_bytes() const { return total_; }
   const ExchangeBytes& post_warmup_bytes() const { return post_warmup_; }
   void set_bytes(const ExchangeBytes& total, const ExchangeBytes& post_warmup) {

@@ -345,6 +345,8 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     info.start_epoch = start_epoch_;
     info.start_iteration = start_iteration_;
     info.resumed_from = resumed_from_;
+    info.run_id = to_hex(optimizer.run_id());
+    info.authenticated = optimizer.authenticated();
     callbacks.on_start(info);
   }
 

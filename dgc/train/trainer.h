@@ -88,6 +88,8 @@ struct RunInfo {
   int start_epoch = 0;                  // > 0 when resumed after the first epoch
   int64_t start_iteration = 0;          // the run's steps done before this call (> 0: resumed)
   std::string resumed_from;             // rank 0's checkpoint file when resumed, else ""
+  std::string run_id;                   // the job's run id (hex), from the exchange handshake
+  bool authenticated = false;           // exchange messages carry HMAC-SHA256 tags (job secret)
 };
 
 // Reported on rank 0 after every step.

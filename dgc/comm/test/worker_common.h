@@ -4,7 +4,7 @@
 //   worker ... [--file DIR --rank R --world N] [--timeout-ms T]
 // With --file: Gloo through a shared directory. Otherwise from the environment, through
 // comm::connect() as the dgc commands do: torchrun variables -> Gloo over the TCP store; Open
-// MPI's -> MPI.
+// MPI's -> MPI. With DGC_JOB_SECRET set, the rendezvous values are tagged (job_keys_from_env).
 #pragma once
 
 #include <chrono>
@@ -14,10 +14,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dgc/comm/launch.h"
+#include "dgc/core/auth.h"
 #include "dgc/core/error.h"
 
 namespace dgc::test {
@@ -48,7 +50,17 @@ inline const std::vector<std::string> kNoLaunchVars = {"RANK",
                                                        "GROUP_RANK",
                                                        "TORCHELASTIC_RUN_ID",
                                                        "TORCHELASTIC_RESTART_COUNT",
-                                                       "TORCHELASTIC_USE_AGENT_STORE"};
+                                                       "TORCHELASTIC_USE_AGENT_STORE",
+                                                       "DGC_JOB_SECRET"};
+
+// The job's keys when DGC_JOB_SECRET is set (as the dgc commands read it).
+inline std::optional<JobKeys> job_keys_from_env() {
+  auto secret = load_job_secret("", std::getenv(kJobSecretEnv));
+  if (!secret) return std::nullopt;
+  const JobKeys keys = derive_job_keys(*secret);
+  wipe(*secret);
+  return keys;
+}
 
 inline std::map<std::string, std::string> parse_args(int argc, char** argv, int first) {
   std::map<std::string, std::string> args;
@@ -64,6 +76,7 @@ inline std::unique_ptr<comm::Communicator> connect_worker(
   };
   comm::GlooOptions options;
   options.timeout = std::chrono::milliseconds(std::stol(get("--timeout-ms", "10000")));
+  if (const auto keys = job_keys_from_env()) options.rendezvous_key = keys->rendezvous;
   if (args.count("--file")) {
     return comm::connect_gloo_file(get("--file", ""), std::stoi(get("--rank", "0")),
                                    std::stoi(get("--world", "1")), options);
@@ -90,6 +103,8 @@ inline int run_worker(const std::function<int()>& body) {
     return body();
   } catch (const MismatchError& e) {
     return report("MismatchError", e.what(), kExitMismatch);
+  } catch (const AuthenticationError& e) {
+    return report("AuthenticationError", e.what(), kExitOtherError);
   } catch (const TimeoutError& e) {
     return report("TimeoutError", e.what(), kExitTimeout);
   } catch (const CommError& e) {

@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <ostream>
 #include <random>
 #include <vector>
@@ -54,17 +56,18 @@ std::vector<uint8_t> craft(const std::vector<uint8_t>& payload, uint32_t tensor_
   put_le<uint32_t>(m, tensor_count);
   put_le<uint32_t>(m, static_cast<uint32_t>(payload.size()));
   put_le<uint32_t>(m, crc(payload.data(), payload.size()));
-  put_le<uint32_t>(m, crc(m.data(), 28));
+  m.insert(m.end(), kRunIdBytes, 0);  // run id: all zero
+  put_le<uint32_t>(m, crc(m.data(), 44));
   m.insert(m.end(), payload.begin(), payload.end());
   return m;
 }
 
 // Recomputes both checksums after a deliberate edit.
 void fix_checksums(std::vector<uint8_t>& m) {
-  const uint32_t payload_crc = crc(m.data() + 32, m.size() - 32);
+  const uint32_t payload_crc = crc(m.data() + 48, m.size() - 48);
   std::memcpy(m.data() + 24, &payload_crc, 4);
-  const uint32_t header_crc = crc(m.data(), 28);
-  std::memcpy(m.data() + 28, &header_crc, 4);
+  const uint32_t header_crc = crc(m.data(), 44);
+  std::memcpy(m.data() + 44, &header_crc, 4);
 }
 
 // One fp32 tensor entry: id, numel, then the given raw indices (as gaps) and values.
@@ -250,14 +253,14 @@ TEST(Codec, ValidatedMessageRejectsWhatValidateMessageRejects) {
   std::vector<uint8_t> m = small_message();
   const std::vector<uint64_t> numels(kSmallLayout.begin(), kSmallLayout.end());
   EXPECT_NO_THROW(ValidatedMessage::validate(m, numels));
-  m[40] ^= 0x5A;  // payload corrupted: the checksum catches it
+  m[kMessageHeaderBytes + 8] ^= 0x5A;  // payload corrupted: the checksum catches it
   try {
     ValidatedMessage::validate(m, numels);
     FAIL() << "a corrupted message was accepted";
   } catch (const DecodeError& e) {
     EXPECT_EQ(e.reason(), Reason::kBadChecksum);
   }
-  m[40] ^= 0x5A;
+  m[kMessageHeaderBytes + 8] ^= 0x5A;
   const std::vector<uint64_t> other = {100, 50, 2999};
   EXPECT_THROW(ValidatedMessage::validate(m, other), DecodeError);
 }
@@ -281,7 +284,7 @@ TEST(Codec, ValidatedMessageChecksTheOutputsAgainstItsLayout) {
 
 TEST(Codec, EmptyMessageAndEmptyTensors) {
   const std::vector<uint8_t> empty = encode({}, ValueType::kFloat32);
-  EXPECT_EQ(empty.size(), 32u);
+  EXPECT_EQ(empty.size(), kMessageHeaderBytes);
   EXPECT_EQ(validate_message(empty, std::vector<uint64_t>{}).tensor_count, 0u);
   const std::vector<uint8_t> m = encode({{0, 0, {}, {}}, {1, 10, {}, {}}}, ValueType::kFloat16);
   GuardedOutputs out({0, 10});
@@ -436,8 +439,11 @@ TEST(Codec, EveryTruncationIsRejected) {
 }
 
 TEST(Codec, WrongVersionIsRejected) {
-  const std::vector<uint8_t> m = craft(entry(0, 10, {1}, {1.0f}), 1, 0, /*version=*/2);
+  // Version 1 (no run id) is no longer read.
+  const std::vector<uint8_t> m = craft(entry(0, 10, {1}, {1.0f}), 1, 0, /*version=*/1);
   EXPECT_EQ(reason_of(m, {10}), Reason::kBadVersion);
+  EXPECT_EQ(reason_of(craft(entry(0, 10, {1}, {1.0f}), 1, 0, /*version=*/3), {10}),
+            Reason::kBadVersion);
   EXPECT_EQ(reason_of(craft({}, 0, 0, 0), {}), Reason::kBadVersion);
 }
 
@@ -491,7 +497,7 @@ TEST(Codec, MalformedPayloadsAreRejected) {
   EXPECT_EQ(reason_of(craft(entry(0, 10, {1}, {1.0f}), 1, /*value_type=*/3), {10}),
             Reason::kMalformed)
       << "unknown value type";
-  EXPECT_EQ(reason_of(craft(entry(0, 10, {1}, {1.0f}), 1, 0, kCodecVersion, /*flags=*/2), {10}),
+  EXPECT_EQ(reason_of(craft(entry(0, 10, {1}, {1.0f}), 1, 0, kCodecVersion, /*flags=*/4), {10}),
             Reason::kMalformed)
       << "unknown flags";
   EXPECT_EQ(reason_of(craft({}, 1000000), {10}), Reason::kMalformed) << "absurd tensor count";
@@ -560,11 +566,11 @@ TEST(CodecFuzz, MutatedValidMessagesWithFixedChecksums) {
     std::vector<uint8_t> m = small_message(type);
     const int edits = 1 + static_cast<int>(rng() % 3);
     for (int e = 0; e < edits; ++e) {
-      const size_t at = 32 + static_cast<size_t>(rng() % (m.size() - 32));
+      const size_t at = 48 + static_cast<size_t>(rng() % (m.size() - 48));
       m[at] = static_cast<uint8_t>(rng());
     }
-    if (i % 5 == 0) m.resize(32 + static_cast<size_t>(rng() % (m.size() - 31)));
-    const uint32_t payload_bytes = static_cast<uint32_t>(m.size() - 32);
+    if (i % 5 == 0) m.resize(48 + static_cast<size_t>(rng() % (m.size() - 47)));
+    const uint32_t payload_bytes = static_cast<uint32_t>(m.size() - 48);
     std::memcpy(m.data() + 20, &payload_bytes, 4);
     fix_checksums(m);
     GuardedOutputs out(kSmallLayout);
@@ -581,6 +587,144 @@ TEST(CodecFuzz, MutatedValidMessagesWithFixedChecksums) {
   RecordProperty("accepted", accepted);
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, 20000);
+}
+
+// --- Job identity and authentication ----------------------------------------------------------
+
+RunId run_id_of(uint8_t seed) {
+  RunId id{};
+  for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<uint8_t>(seed + 7 * i);
+  return id;
+}
+
+MacKey key_of(uint8_t seed) {
+  MacKey key{};
+  key.fill(seed);
+  return key;
+}
+
+// A small message of job `run`, iteration `iteration`; tagged for `route` when `auth` is given.
+std::vector<uint8_t> job_message(const RunId& run, uint64_t iteration,
+                                 const MessageAuthenticator* auth = nullptr,
+                                 MessageRoute route = {}) {
+  MessageWriter writer(ValueType::kFloat32, iteration, run);
+  writer.add(0, 100, std::vector<uint32_t>{3, 50}, std::vector<float>{1.0f, -2.0f});
+  writer.add(2, 3000, std::vector<uint32_t>{2999}, std::vector<float>{0.5f});
+  std::vector<uint8_t> m;
+  if (auth != nullptr) {
+    writer.finish(m, *auth, route);
+  } else {
+    writer.finish(m);
+  }
+  return m;
+}
+
+// Validates against an expectation into guarded outputs; returns the reason of the refusal
+// (after checking that nothing was written), or nullopt if accepted.
+std::optional<Reason> refusal(const std::vector<uint8_t>& m, const MessageExpectation& expect,
+                              std::string* what = nullptr) {
+  GuardedOutputs out(kSmallLayout);
+  const std::vector<uint64_t> numels(kSmallLayout.begin(), kSmallLayout.end());
+  try {
+    const auto validated = ValidatedMessage::validate(m, numels, &expect);
+    decode_add(validated, out.spans, 1.0f);
+    EXPECT_TRUE(out.guards_intact());
+    return std::nullopt;
+  } catch (const DecodeError& e) {
+    EXPECT_TRUE(out.untouched()) << "a refused message wrote into the outputs";
+    if (what != nullptr) *what = e.what();
+    return e.reason();
+  }
+}
+
+TEST(CodecIdentity, TheRunIdAndIterationTravelInTheHeader) {
+  const auto m = job_message(run_id_of(1), 77);
+  EXPECT_EQ(m.size(), kMessageHeaderBytes + 13u + 10u);  // two entries: 13 and 10 bytes
+  const MessageInfo info =
+      validate_message(m, std::vector<uint64_t>(kSmallLayout.begin(), kSmallLayout.end()));
+  EXPECT_EQ(info.run_id, run_id_of(1));
+  EXPECT_EQ(info.iteration, 77u);
+  EXPECT_EQ(info.flags & kFlagTagged, 0);
+}
+
+TEST(CodecIdentity, AMessageOfAnotherJobIsRefusedAndNothingWritten) {
+  MessageExpectation expect{run_id_of(1), 5, nullptr, {}};
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5), expect), std::nullopt);
+  std::string what;
+  EXPECT_EQ(refusal(job_message(run_id_of(2), 5), expect, &what), Reason::kForeignRun);
+  EXPECT_NE(what.find("another job"), std::string::npos) << what;
+  EXPECT_NE(what.find(to_hex(run_id_of(2))), std::string::npos) << what;
+}
+
+TEST(CodecIdentity, AMessageOfAnotherIterationIsRefusedAndNothingWritten) {
+  MessageExpectation expect{run_id_of(1), 5, nullptr, {}};
+  std::string what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 4), expect, &what), Reason::kWrongIteration);
+  EXPECT_NE(what.find("iteration 4"), std::string::npos) << what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 6), expect), Reason::kWrongIteration);
+}
+
+TEST(CodecIdentity, WithASecretOnlyAValidTagForThisRouteIsAccepted) {
+  const MessageAuthenticator auth(key_of(9));
+  const MessageAuthenticator stranger(key_of(10));
+  const MessageRoute route{3, kEveryRank};
+  MessageExpectation expect{run_id_of(1), 5, &auth, route};
+  const auto good = job_message(run_id_of(1), 5, &auth, route);
+  EXPECT_EQ(good.size(), job_message(run_id_of(1), 5).size() + kTagBytes);
+  EXPECT_EQ(refusal(good, expect), std::nullopt);
+
+  std::string what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5), expect, &what), Reason::kBadTag)
+      << "untagged";
+  EXPECT_NE(what.find("no authentication tag"), std::string::npos) << what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &stranger, route), expect, &what),
+            Reason::kBadTag)
+      << "another key";
+  EXPECT_NE(what.find("does not verify"), std::string::npos) << what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {4, kEveryRank}), expect),
+            Reason::kBadTag)
+      << "replayed from another sender";
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {3, 0}), expect), Reason::kBadTag)
+      << "meant for another receiver";
+  // Every single-bit change of the tag, and of the payload with both checksums repaired (what a
+  // forger who knows the format but not the key can do), is refused.
+  for (size_t at = kMessageHeaderBytes; at < good.size(); ++at) {
+    std::vector<uint8_t> m = good;
+    m[at] ^= 0x01;
+    if (at < good.size() - kTagBytes) {
+      const size_t payload = good.size() - kMessageHeaderBytes - kTagBytes;
+      const uint32_t payload_crc = crc(m.data() + kMessageHeaderBytes, payload);
+      std::memcpy(m.data() + 24, &payload_crc, 4);
+      const uint32_t header_crc = crc(m.data(), 44);
+      std::memcpy(m.data() + 44, &header_crc, 4);
+    }
+    EXPECT_EQ(refusal(m, expect), Reason::kBadTag) << at;
+  }
+  // A tag stripped off (flag cleared, checksums repaired) is an untagged message: refused.
+  std::vector<uint8_t> stripped(good.begin(), good.end() - kTagBytes);
+  stripped[6] &= static_cast<uint8_t>(~kFlagTagged);
+  const uint32_t header_crc = crc(stripped.data(), 44);
+  std::memcpy(stripped.data() + 44, &header_crc, 4);
+  EXPECT_EQ(refusal(stripped, expect), Reason::kBadTag);
+}
+
+TEST(CodecIdentity, ATaggedMessageIsRefusedByAReceiverWithoutASecret) {
+  const MessageAuthenticator auth(key_of(9));
+  MessageExpectation expect{run_id_of(1), 5, nullptr, {}};
+  std::string what;
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {}), expect, &what), Reason::kBadTag);
+  EXPECT_NE(what.find("no job secret"), std::string::npos) << what;
+  // Without an expectation (tools outside a job) the tag is skipped, the rest validated.
+  const auto m = job_message(run_id_of(1), 5, &auth, {});
+  EXPECT_NE(validate_message(m, std::vector<uint64_t>(kSmallLayout.begin(), kSmallLayout.end()))
+                    .flags &
+                kFlagTagged,
+            0);
+}
+
+TEST(CodecIdentity, TheTaggedFlagIsTheWritersOwn) {
+  MessageWriter writer(ValueType::kFloat32, 1);
+  EXPECT_THROW(writer.set_flags(kFlagTagged), InvalidArgument);
 }
 
 }  // namespace

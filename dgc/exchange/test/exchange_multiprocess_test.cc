@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <thread>
 #include <memory>
 #include <string>
@@ -22,14 +23,17 @@ using std::chrono::milliseconds;
 constexpr int kWorld = 4;
 const char* const kAlgorithms[] = {"allgather", "direct", "sparse-allreduce"};
 
-std::vector<std::unique_ptr<Process>> start_torchrun(const TempDir& dir,
-                                                     const std::vector<std::string>& args) {
+// `secret(rank)`: the DGC_JOB_SECRET of each rank ("" for none).
+std::vector<std::unique_ptr<Process>> start_torchrun(
+    const TempDir& dir, const std::vector<std::string>& args, int world = kWorld,
+    const std::function<std::string(int)>& secret = [](int) { return std::string(); }) {
   const int port = free_port();
   std::vector<std::unique_ptr<Process>> procs;
-  for (int r = 0; r < kWorld; ++r) {
+  for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = kNoLaunchVars;
+    if (!secret(r).empty()) env.push_back("DGC_JOB_SECRET=" + secret(r));
     env.push_back("RANK=" + std::to_string(r));
-    env.push_back("WORLD_SIZE=" + std::to_string(kWorld));
+    env.push_back("WORLD_SIZE=" + std::to_string(world));
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(port));
     std::vector<std::string> argv = {DGC_EXCHANGE_WORKER};
@@ -149,6 +153,77 @@ TEST(ExchangeMultiProcess, LayoutMismatchStopsEveryProcessWithTheSameError) {
     EXPECT_NE(out.find("tensor 2 ('fc.weight')"), std::string::npos) << out;
     EXPECT_NE(out.find("rank 0 has 'fc.weight' shape [10, 300]"), std::string::npos) << out;
     EXPECT_NE(out.find("rank 2 has 'fc.weight' shape [10, 301]"), std::string::npos) << out;
+  }
+}
+
+// ---- job secret ----
+
+constexpr const char* kSecret = "9f1c0d7e5a3b4c2d1e0f9a8b7c6d5e4f";
+
+// The same secret on every rank: rendezvous through the (c10d) TCP store with tagged values, and
+// tagged messages, give the reference result.
+TEST(ExchangeMultiProcess, FourProcessesWithAJobSecretAuthenticateAndAgree) {
+  TempDir dir("dgc-exchange-secret-");
+  auto procs = start_torchrun(dir, {"run", "--iterations", "3", "--exchange", "1",
+                                    "--timeout-ms", "20000"},
+                              kWorld, [](int) { return std::string(kSecret); });
+  for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(60000))) << all_output(procs);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(procs[r]->exit_code(), kExitOk) << all_output(procs);
+    EXPECT_NE(procs[r]->output().find("(gloo, direct, authenticated): exchange ok"),
+              std::string::npos)
+        << all_output(procs);
+    EXPECT_EQ(procs[r]->output().find(kSecret), std::string::npos) << "the secret was printed";
+  }
+}
+
+// Two processes given different secrets: each refuses the other's rendezvous value and stops
+// with an error that names the key and the secret, long before the 60 s timeout.
+TEST(ExchangeMultiProcess, DifferentSecretsStopBothProcessesWithAClearError) {
+  using Clock = std::chrono::steady_clock;
+  TempDir dir("dgc-exchange-secrets-differ-");
+  const auto start = Clock::now();
+  auto procs = start_torchrun(dir, {"run", "--timeout-ms", "60000"}, 2, [](int r) {
+    return std::string(kSecret) + std::to_string(r);
+  });
+  // Bounded well under the timeout; process start-up on a loaded machine takes seconds.
+  for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(45000))) << all_output(procs);
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+  for (int r = 0; r < 2; ++r) {
+    const std::string out = procs[r]->output();
+    EXPECT_EQ(procs[r]->exit_code(), kExitOtherError) << out;
+    EXPECT_NE(out.find("error: AuthenticationError: rendezvous through"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("dgc.join."), std::string::npos) << "names the key: " << out;
+    EXPECT_NE(out.find("job secret"), std::string::npos) << out;
+    EXPECT_EQ(out.find(kSecret), std::string::npos) << "the secret was printed: " << out;
+  }
+  std::printf("different secrets: both processes stopped after %lld ms\n",
+              static_cast<long long>(took));
+}
+
+// Under mpirun (no rendezvous store: MPI connects the ranks) different secrets are found at the
+// exchange handshake, on every rank.
+TEST(ExchangeMultiProcess, DifferentSecretsUnderMpirunStopAtTheHandshake) {
+  if (!DGC_WITH_MPI) GTEST_SKIP() << "built without MPI";
+  TempDir dir("dgc-exchange-mpi-secrets-");
+  std::vector<std::string> env = kNoLaunchVars;
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+  env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  // Each rank's secret from its rank: set by a shell around the worker.
+  const std::string worker = std::string("DGC_JOB_SECRET=") + kSecret +
+                             "$OMPI_COMM_WORLD_RANK exec " + DGC_EXCHANGE_WORKER +
+                             " run --timeout-ms 60000";
+  Process mpirun({DGC_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                  "-np", "2", "/bin/sh", "-c", worker},
+                 env, dir.path() + "/mpirun.log");
+  ASSERT_TRUE(mpirun.wait_for(milliseconds(45000))) << mpirun.output();
+  EXPECT_NE(mpirun.exit_code(), kExitOk) << mpirun.output();
+  for (const char* rank : {"rank 0", "rank 1"}) {
+    EXPECT_NE(mpirun.output().find(std::string("does not carry a valid tag under ") + rank +
+                                   "'s job secret"),
+              std::string::npos)
+        << mpirun.output();
   }
 }
 

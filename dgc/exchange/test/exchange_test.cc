@@ -735,11 +735,11 @@ class CorruptingCommunicator final : public comm::Communicator {
     return all;
   }
   void corrupt(std::vector<std::vector<uint8_t>>& all) {
-    if (armed && all[victim_].size() > 40) {
+    if (armed && all[victim_].size() > kMessageHeaderBytes + 8) {
       if (flip_last) {
         all[victim_].back() ^= 0x5A;
       } else {
-        all[victim_][40] ^= 0x5A;
+        all[victim_][kMessageHeaderBytes + 8] ^= 0x5A;
       }
     }
   }
@@ -757,7 +757,7 @@ class CorruptingCommunicator final : public comm::Communicator {
   }
   void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
   bool armed = false;
-  bool flip_last = false;  // flip the last byte instead of byte 40
+  bool flip_last = false;  // flip the last byte instead of a payload byte
 
  private:
   comm::Communicator& inner_;
@@ -854,7 +854,7 @@ class ForgingCommunicator final : public comm::Communicator {
                                               comm::Timeout timeout) override {
     auto all = inner_.alltoallv(messages, timeout);
     if (++calls_ % 2 == 0) {  // the second phase: rank 2's kept sums claim index 0 (region 0)
-      MessageWriter writer(ValueType::kFloat32, 0);
+      MessageWriter writer(ValueType::kFloat32, 0, run_id);
       writer.add(0, 1152, std::vector<uint32_t>{0}, std::vector<float>{1.0f});
       writer.finish(all[2]);
     }
@@ -867,6 +867,7 @@ class ForgingCommunicator final : public comm::Communicator {
     inner_.broadcast(data, root, timeout);
   }
   void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
+  RunId run_id{};  // the job's, so that only the region check can refuse the forged sums
 
  private:
   comm::Communicator& inner_;
@@ -882,6 +883,7 @@ TEST(Exchange, SparseAllreduceRejectsSumsOutsideTheOwnersRegion) {
     ExchangeOptions options = exchange_options();
     options.algorithm = ExchangeAlgorithm::kSparseAllreduce;
     Exchange exchange(comm, layout, options);
+    comm.run_id = exchange.run_id();
     std::vector<std::vector<float>> updates = {std::vector<float>(1152, 5.0f),
                                                std::vector<float>(3000, 5.0f)};
     const auto before = updates;
@@ -900,27 +902,44 @@ TEST(Exchange, SparseAllreduceRejectsSumsOutsideTheOwnersRegion) {
   }
 }
 
+// A message of another iteration is refused by the codec (kWrongIteration) before anything is
+// written, on every algorithm.
 TEST(Exchange, RanksOutOfStepAreAnError) {
   constexpr int n = 2;
   const auto layout = model_layout();
-  std::vector<std::string> errors(n);
-  comm::run_local(n, quick(), [&](comm::Communicator& comm) {
-    Exchange exchange(comm, layout, exchange_options());
-    std::vector<std::vector<float>> updates = {std::vector<float>(1152), std::vector<float>(3000)};
-    const uint64_t it = comm.rank() == 1 ? 8 : 7;
-    auto in = rank_inputs(layout, comm.rank(), it);
-    try {
-      exchange.run(it, in.selections, test::spans(updates), in.dense);
-    } catch (const DecodeError& e) {
-      errors[comm.rank()] = e.what();
-    }
-  });
-  EXPECT_NE(errors[0].find("rank 1 is for iteration 8 but this rank is at iteration 7"),
-            std::string::npos)
-      << errors[0];
-  EXPECT_NE(errors[1].find("rank 0 is for iteration 7 but this rank is at iteration 8"),
-            std::string::npos)
-      << errors[1];
+  for (const ExchangeAlgorithm a : {ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect,
+                                    ExchangeAlgorithm::kSparseAllreduce}) {
+    std::vector<std::string> errors(n);
+    std::vector<DecodeError::Reason> reasons(n, DecodeError::Reason::kMalformed);
+    comm::run_local(n, quick(), [&](comm::Communicator& comm) {
+      ExchangeOptions options = exchange_options();
+      options.algorithm = a;
+      Exchange exchange(comm, layout, options);
+      std::vector<std::vector<float>> updates = {std::vector<float>(1152, 5.0f),
+                                                 std::vector<float>(3000, 5.0f)};
+      const auto before = updates;
+      const uint64_t it = comm.rank() == 1 ? 8 : 7;
+      auto in = rank_inputs(layout, comm.rank(), it);
+      std::vector<Selection> unapplied(in.selections.size());
+      try {
+        exchange.run(it, in.selections, test::spans(updates), in.dense, true, unapplied);
+      } catch (const DecodeError& e) {
+        errors[comm.rank()] = e.what();
+        reasons[comm.rank()] = e.reason();
+      }
+      EXPECT_EQ(updates, before) << "nothing written on rank " << comm.rank();
+    });
+    EXPECT_NE(errors[0].find("from rank 1 of 2 (iteration 7): invalid DGC message: for "
+                             "iteration 8 but this rank is at iteration 7"),
+              std::string::npos)
+        << to_string(a) << ": " << errors[0];
+    EXPECT_NE(errors[1].find("from rank 0 of 2 (iteration 8): invalid DGC message: for "
+                             "iteration 7 but this rank is at iteration 8"),
+              std::string::npos)
+        << to_string(a) << ": " << errors[1];
+    EXPECT_EQ(reasons[0], DecodeError::Reason::kWrongIteration);
+    EXPECT_EQ(reasons[1], DecodeError::Reason::kWrongIteration);
+  }
 }
 
 // ---- broadcast_parameters ----

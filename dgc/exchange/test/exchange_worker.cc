@@ -7,7 +7,7 @@
 // checks every iteration against the reference (reference.h). Prints "rank r iteration i" after
 // each (the killed-peer tests wait for it). Rank R of --mismatch-rank builds fc.weight with
 // another shape, rank R of --mismatch-exchange-rank uses the next algorithm (the handshake must
-// stop every rank).
+// stop every rank). With DGC_JOB_SECRET set, rendezvous and messages are authenticated.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +46,7 @@ int run(dgc::comm::Communicator& comm, const std::map<std::string, std::string>&
   options.timeout = comm.default_timeout();
   options.settings = "density=0.001\nmomentum=0.9\n";
   options.algorithm = static_cast<dgc::ExchangeAlgorithm>(algorithm);
+  if (const auto keys = dgc::test::job_keys_from_env()) options.message_key = keys->exchange;
   dgc::Exchange exchange(comm, layout, options);
   std::vector<std::vector<float>> updates;
   for (size_t c : exchange.compressed_tensors()) updates.emplace_back(layout[c].numel());
@@ -76,9 +77,11 @@ int run(dgc::comm::Communicator& comm, const std::map<std::string, std::string>&
   }
   const auto& total = exchange.total();
   std::printf(
-      "rank %d of %d (%s, %s): exchange %s (max error %.3g); per rank and iteration: message %llu B, "
+      "rank %d of %d (%s, %s%s): exchange %s (max error %.3g); per rank and iteration: message "
+      "%llu B, "
       "dense gradient %llu B, wire sent %llu B, dense allreduce would send %llu B\n",
       r, n, comm.backend().c_str(), dgc::to_string(exchange.algorithm()),
+      exchange.authenticated() ? ", authenticated" : "",
       worst <= 1e-6 ? "ok" : "WRONG", worst,
       static_cast<unsigned long long>(total.message / iterations),
       static_cast<unsigned long long>(total.dense_gradient / iterations),
