@@ -11,9 +11,11 @@
 #   OUT/dense-seedS.jsonl OUT/dgc-seedS.jsonl OUT/*.log OUT/plots/ OUT/speech_ter.md
 #
 # Usage: bench/speech_ter.sh [--out DIR] [--seeds "1 2 3"] [--epochs N] [--train-examples N]
-#                            [--dgc BINARY] [-- extra `dgc train` flags for all runs]
+#                            [--warmup-epochs E] [--dgc BINARY] [-- extra `dgc train` flags for all runs]
 # Defaults: --out runs/speech_ter, --seeds "1 2 3", --epochs 10, --train-examples 0 (all 3,000),
-# --dgc build/bin/dgc. The corpus (3,000 + 500 utterances, corpus seed 1) is synthesised on the
+# --warmup-epochs 1 (DGC's density warm-up, 4 stages; the ratio after warm-up counts the epochs
+# after it), --dgc build/bin/dgc. The extra flags must not repeat one set here (dgc train refuses a
+# repeated option). The corpus (3,000 + 500 utterances, corpus seed 1) is synthesised on the
 # first run into the cache directory (a few minutes). About 2 minutes per epoch on a 2-core
 # machine.
 # Targets: DGC's mean final test TER within 1 point of dense's; a compression ratio of at least
@@ -35,6 +37,7 @@ while (($#)); do
     --seeds) seeds=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --train-examples) train_examples=$2; shift 2 ;;
+    --warmup-epochs) warmup=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
