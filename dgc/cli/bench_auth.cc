@@ -19,8 +19,9 @@
 //      without a key, alternating step by step (each first every other step) so that both see
 //      the same load; per step rank 0's wall time of the run and of its encode and validate
 //      phases (Exchange::last_timings), the median. On a loaded machine the wall times scatter
-//      far more than the tags cost: read them against part 1. With a key the dense path travels as a tagged allgatherv instead of an
-//      allreduce (exchange.h): that is part of the cost and is included.
+//      far more than the tags cost: read them against part 1. With a key the dense path travels
+//      as a tagged allgatherv instead of an allreduce (exchange.h): that is part of the cost and
+//      is included.
 // Bytes: the message with and without its tag, and the tag's fraction of it.
 #include <time.h>
 
@@ -219,7 +220,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     }
     std::vector<std::span<float>> spans_a(updates_a.begin(), updates_a.end());
     std::vector<std::span<float>> spans_b(updates_b.begin(), updates_b.end());
-    std::vector<float> dense(dense_numel);
+    std::vector<float> dense_buffer(dense_numel);
     const int warmup = 3;
     for (int s = 0; s < o.steps + warmup; ++s) {
       const auto sel = selections_for(layout, compressed, o.density, o.seed, comm.rank(),
@@ -227,10 +228,10 @@ void run_bench_auth(const BenchAuthOptions& o) {
       for (int k = 0; k < 2; ++k) {
         const int keyed = s % 2 == 0 ? k : 1 - k;  // each goes first every other step
         Exchange& exchange = keyed ? with : without;
-        std::fill(dense.begin(), dense.end(), 0.5f);
+        std::fill(dense_buffer.begin(), dense_buffer.end(), 0.5f);
         comm.barrier(gloo.timeout);
         const auto start = std::chrono::steady_clock::now();
-        exchange.run(static_cast<uint64_t>(s), sel, keyed ? spans_b : spans_a, dense);
+        exchange.run(static_cast<uint64_t>(s), sel, keyed ? spans_b : spans_a, dense_buffer);
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (comm.rank() != 0 || s < warmup) continue;

@@ -373,7 +373,8 @@ class Plotter {
                       .detail_fields = "exchange|algorithm",
                       .time_title = "exchange time per iteration",
                       .dense_name = "dense allreduce",
-                      .speedup_title = "speedup of the DGC exchange over a dense allreduce"};
+                      .speedup_title = "speedup of the DGC exchange over a dense allreduce",
+                      .series = {}};
   Benchmark step_{.kind = "step",
                   .dgc_field = "step_seconds_dgc",
                   .dense_field = "step_seconds_dense",
@@ -381,7 +382,8 @@ class Plotter {
                   .detail_fields = "model",
                   .time_title = "time per training step (replayed: compute + optimizer step)",
                   .dense_name = "dense",
-                  .speedup_title = "speedup of DGC training steps over dense"};
+                  .speedup_title = "speedup of DGC training steps over dense",
+                  .series = {}};
 };
 
 // The whole gnuplot script: every chart in PNG and SVG.
