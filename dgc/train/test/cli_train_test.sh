@@ -73,18 +73,20 @@ resume_run() {
     fail "$name: resume from step $step failed: $(cat "$work/$name.out")"
 }
 
-# The same run killed (SIGKILL, the whole process) inside epoch 2, once step 40's files exist,
+# The same run killed (SIGKILL, the whole process) inside epoch 2, once step 40's files of both
+# ranks exist (with only one rank's, the newest step both have can be 32, the end of epoch 1),
 # then resumed: the final checkpoint files equal the uninterrupted run's byte for byte.
 "$dgc" train "${small[@]}" "${every[@]}" --checkpoint "$work/killed" >"$work/killed.out" 2>&1 &
 victim=$!
 for _ in $(seq 1 1200); do
-  [ -f "$work/killed.step40.rank1" ] && break
+  [ -f "$work/killed.step40.rank0" ] && [ -f "$work/killed.step40.rank1" ] && break
   kill -0 "$victim" 2>/dev/null || break
   sleep 0.05
 done
 kill -KILL "$victim" 2>/dev/null || true
 wait "$victim" 2>/dev/null || true
-[ -f "$work/killed.step40.rank1" ] || fail "the run never reached step 40: $(cat "$work/killed.out")"
+[ -f "$work/killed.step40.rank0" ] && [ -f "$work/killed.step40.rank1" ] ||
+  fail "the run never reached step 40: $(cat "$work/killed.out")"
 [ ! -f "$work/killed.step64.rank0" ] || fail "the run finished before it was killed: no resume test"
 resume_run resumed "${small[@]}" "${every[@]}" --checkpoint "$work/killed"
 grep -q "resumed from $work/killed.step[0-9]*.rank0: step [0-9]*, inside epoch 2 after" \
