@@ -5,8 +5,8 @@
 #               the first finding): the core, comm and exchange suites, the fuzz regression replays
 #   build-fuzz  clang, libFuzzer + ASan/UBSan: every fuzz target for DGC_FUZZ_SECONDS (10) seconds
 #   build-tsan  gcc, ThreadSanitizer: the thread-pool and exchange suites
-# scripts/test.sh runs it after the main suite; it can also be run alone (after
-# scripts/setup.sh --no-build). Uses ccache when it is installed.
+# DGC_TEST_SANITIZERS=1 scripts/test.sh runs it after the main suite; it can also be run alone
+# (after scripts/setup.sh --no-build). Uses ccache when it is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
