@@ -1,13 +1,12 @@
 #include "dgc/core/codec.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/core/float16.h"
 
@@ -40,10 +39,6 @@ T load_le(const uint8_t* p) {
   std::memcpy(&value, p, sizeof(T));
   if constexpr (std::endian::native == std::endian::big) value = swap_bytes(value);
   return value;
-}
-
-uint32_t crc_of(const uint8_t* data, size_t size) {
-  return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), data, static_cast<uInt>(size)));
 }
 
 uint8_t* put_varint(uint8_t* p, uint64_t x) {
@@ -144,7 +139,7 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
          detail::concat(size, " bytes, shorter than the ", kHeaderBytes, "-byte header"));
   }
   const uint32_t header_crc = load_le<uint32_t>(bytes + kHeaderCrcOffset);
-  if (crc_of(bytes, kHeaderCrcOffset) != header_crc) {
+  if (crc32_of(bytes, kHeaderCrcOffset) != header_crc) {
     fail(Reason::kBadChecksum, "header checksum mismatch (header corrupted)");
   }
   if (!known_value_type(bytes[5])) {
@@ -174,7 +169,8 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
     if (info.iteration != expect->iteration) {
       fail(Reason::kWrongIteration,
            detail::concat("for iteration ", info.iteration, " but this rank is at iteration ",
-                          expect->iteration, "; the ranks are out of step (or the message is "
+                          expect->iteration,
+                          "; the ranks are out of step (or the message is "
                           "replayed)"));
     }
   }
@@ -192,7 +188,7 @@ MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> ex
                                             payload_bytes, tagged ? " and the tag" : ""));
   }
   const uint8_t* payload = bytes + kHeaderBytes;
-  if (crc_of(payload, payload_bytes) != load_le<uint32_t>(bytes + 24)) {
+  if (crc32_of(payload, payload_bytes) != load_le<uint32_t>(bytes + 24)) {
     fail(Reason::kBadChecksum, "payload checksum mismatch (payload corrupted)");
   }
   if (expect != nullptr) {
@@ -425,8 +421,7 @@ void MessageWriter::finish(std::vector<uint8_t>& out, const MessageAuthenticator
   std::memcpy(out.data() + signed_size, tag.data(), kTagBytes);
 }
 
-void MessageWriter::finish(std::vector<uint8_t>& out, uint16_t extra_flags,
-                           size_t trailer_bytes) {
+void MessageWriter::finish(std::vector<uint8_t>& out, uint16_t extra_flags, size_t trailer_bytes) {
   DGC_CHECK_LE(payload_.size(), size_t{std::numeric_limits<uint32_t>::max()},
                "message payload too large for one message");
   out.clear();
@@ -439,9 +434,9 @@ void MessageWriter::finish(std::vector<uint8_t>& out, uint16_t extra_flags,
   store_le<uint64_t>(h + 8, iteration_);
   store_le<uint32_t>(h + 16, tensor_count_);
   store_le<uint32_t>(h + 20, static_cast<uint32_t>(payload_.size()));
-  store_le<uint32_t>(h + 24, crc_of(payload_.data(), payload_.size()));
+  store_le<uint32_t>(h + 24, crc32_of(payload_.data(), payload_.size()));
   std::memcpy(h + kRunIdOffset, run_id_.data(), kRunIdBytes);
-  store_le<uint32_t>(h + kHeaderCrcOffset, crc_of(h, kHeaderCrcOffset));
+  store_le<uint32_t>(h + kHeaderCrcOffset, crc32_of(h, kHeaderCrcOffset));
   if (!payload_.empty()) std::memcpy(h + kHeaderBytes, payload_.data(), payload_.size());
 }
 

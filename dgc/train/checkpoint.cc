@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -14,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/core/key_value.h"
 
@@ -74,17 +73,6 @@ class Reader {
   std::span<const uint8_t> bytes_;
   size_t pos_ = 0;
 };
-
-uint32_t crc_of(std::span<const uint8_t> bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t offset = 0;
-  while (offset < bytes.size()) {
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(bytes.size() - offset, 1u << 30));
-    crc = crc32(crc, bytes.data() + offset, chunk);
-    offset += chunk;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -153,7 +141,7 @@ std::vector<uint8_t> CheckpointFile::serialize() const {
     append<uint64_t>(bytes, record.data.size());
     bytes.insert(bytes.end(), record.data.begin(), record.data.end());
   }
-  append<uint32_t>(bytes, crc_of(bytes));
+  append<uint32_t>(bytes, crc32_of(bytes));
   return bytes;
 }
 
@@ -217,7 +205,7 @@ CheckpointFile CheckpointFile::parse(std::span<const uint8_t> bytes, const std::
   const std::span<const uint8_t> all = bytes;
   const auto body = all.first(all.size() - 4);
   Reader tail(path, all.last(4));
-  if (tail.take<uint32_t>() != crc_of(body)) {
+  if (tail.take<uint32_t>() != crc32_of(body)) {
     throw DataError("checkpoint " + path + " is truncated or corrupt (checksum mismatch)");
   }
   Reader reader(path, body.subspan(sizeof(kMagic)));

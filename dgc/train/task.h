@@ -36,6 +36,13 @@ struct Metric {
 // The value of the metric called `name`; throws dgc::InvalidArgument when there is none.
 double metric_value(const std::vector<Metric>& metrics, const std::string& name);
 
+// printf-style text of one number, for Metric::text: format_number("%.2f%%", 91.2).
+std::string format_number(const char* pattern, double value);
+
+// How many of `available` examples a run uses: all of them when `limit` <= 0 (the options'
+// "0 = all"), else at most `limit`.
+int64_t used_count(int64_t available, int64_t limit);
+
 // The loss of one training batch on this rank.
 struct BatchLoss {
   torch::Tensor loss;  // scalar: mean over the batch's items; backward() is called on it

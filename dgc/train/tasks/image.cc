@@ -14,10 +14,6 @@
 namespace dgc::train {
 namespace {
 
-int64_t used_count(int64_t available, int64_t limit) {
-  return limit > 0 ? std::min(available, limit) : available;
-}
-
 // Normalised images [n, 1, rows, cols] and int64 labels [n] of the examples `indices`.
 std::pair<torch::Tensor, torch::Tensor> make_batch(const ImageSet& set,
                                                    std::span<const int64_t> indices) {
@@ -35,12 +31,6 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const ImageSet& set,
     y[i] = set.labels[static_cast<size_t>(indices[static_cast<size_t>(i)])];
   }
   return {images, labels};
-}
-
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), pattern, value);
-  return text;
 }
 
 class ImageWorker : public TaskWorker {
@@ -102,8 +92,8 @@ class ImageWorker : public TaskWorker {
     comm.allreduce_sum(sums, timeout);
     const double accuracy = sums[0] / static_cast<double>(test_count_);
     const double loss = sums[1] / static_cast<double>(test_count_);
-    return {{"test_loss", loss, format("test loss %.4f", loss)},
-            {"test_accuracy", accuracy, format("test accuracy %.2f%%", 100.0 * accuracy)}};
+    return {{"test_loss", loss, format_number("test loss %.4f", loss)},
+            {"test_accuracy", accuracy, format_number("test accuracy %.2f%%", 100.0 * accuracy)}};
   }
 
  private:

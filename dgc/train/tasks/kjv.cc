@@ -2,8 +2,6 @@
 
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 
 namespace dgc::train::kjv {
@@ -24,18 +23,6 @@ constexpr const char* kInstall =
 
 bool is_word_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '\'';
-}
-
-uint32_t crc_of(std::string_view bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed in chunks.
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
-    done += n;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 std::string shell_quote(const std::string& s) {
@@ -74,7 +61,7 @@ std::string prepare_body(const std::string& bible) {
 
 std::string header_for(std::string_view body) {
   char crc[16];
-  std::snprintf(crc, sizeof(crc), "%08x", crc_of(body));
+  std::snprintf(crc, sizeof(crc), "%08x", crc32_of(body));
   return detail::concat("dgc-kjv-corpus ", kCorpusVersion, " verses ", kVerses, " crc32 ", crc);
 }
 

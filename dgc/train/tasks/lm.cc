@@ -18,16 +18,6 @@
 namespace dgc::train {
 namespace {
 
-int64_t used_count(int64_t available, int64_t limit) {
-  return limit > 0 ? std::min(available, limit) : available;
-}
-
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), pattern, value);
-  return text;
-}
-
 // A per-(seed, rank, epoch) stream for dropout masks.
 uint64_t dropout_seed(uint64_t seed, int rank, int epoch) {
   uint64_t x = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1)) ^
@@ -187,8 +177,9 @@ class LmWorker : public TaskWorker {
     comm.allreduce_sum(sums, timeout);
     const double validation = std::exp(sums[0] / sums[1]);
     const double test = std::exp(sums[2] / sums[3]);
-    return {{"validation_perplexity", validation, format("validation perplexity %.2f", validation)},
-            {"test_perplexity", test, format("test perplexity %.2f", test)}};
+    return {{"validation_perplexity", validation,
+             format_number("validation perplexity %.2f", validation)},
+            {"test_perplexity", test, format_number("test perplexity %.2f", test)}};
   }
 
  private:

@@ -18,16 +18,6 @@
 namespace dgc::train {
 namespace {
 
-int64_t used_count(int64_t available, int64_t limit) {
-  return limit > 0 ? std::min(available, limit) : available;
-}
-
-std::string format(const char* pattern, double value) {
-  char text[64];
-  std::snprintf(text, sizeof(text), pattern, value);
-  return text;
-}
-
 class SpeechWorker : public TaskWorker {
  public:
   SpeechWorker(const SpeechTask& task, const TrainOptions& options, int rank, int world)
@@ -102,10 +92,10 @@ class SpeechWorker : public TaskWorker {
       const double ter = sums[4 * k] / std::max(1.0f, sums[4 * k + 1]);
       const double uer = sums[4 * k + 2] / std::max(1.0f, sums[4 * k + 3]);
       metrics.push_back({std::string(names[k]) + "_token_error_rate", ter,
-                         std::string(texts[k]) + format(" TER %.2f%%", 100.0 * ter)});
+                         std::string(texts[k]) + format_number(" TER %.2f%%", 100.0 * ter)});
       metrics.push_back(
           {std::string(names[k]) + "_utterance_error_rate", uer,
-           std::string(texts[k]) + format(" utterance error rate %.2f%%", 100.0 * uer)});
+           std::string(texts[k]) + format_number(" utterance error rate %.2f%%", 100.0 * uer)});
     }
     return metrics;
   }

@@ -4,8 +4,6 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -20,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/train/tasks/kjv.h"
 
@@ -57,17 +56,6 @@ Stream utterance_stream(uint64_t seed, Split split, int64_t index) {
   s.state ^= 0xA0761D6478BD642Full * static_cast<uint64_t>(index + 1);
   s.next();
   return s;
-}
-
-uint32_t crc_of(const std::string& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
-    done += n;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 std::string read_file(const fs::path& path) {
@@ -311,8 +299,8 @@ void generate(const CorpusOptions& options, const fs::path& work) {
   write_file(work / "test.features", test_bytes);
   write_file(work / "noisy_test.features", noisy_bytes);
   char crcs[64];
-  std::snprintf(crcs, sizeof(crcs), "%08x %08x %08x", crc_of(train_bytes), crc_of(test_bytes),
-                crc_of(noisy_bytes));
+  std::snprintf(crcs, sizeof(crcs), "%08x %08x %08x", crc32_of(train_bytes), crc32_of(test_bytes),
+                crc32_of(noisy_bytes));
   write_file(work / "manifest.tsv",
              detail::concat("dgc-speech-corpus ", kCorpusVersion, " seed ", options.seed, " train ",
                             options.train_utterances, " test ", options.test_utterances, " crc32 ",
@@ -337,7 +325,7 @@ Corpus read_corpus(const CorpusOptions& options, const fs::path& dir) {
   for (int k = 0; k < 3; ++k) {
     bytes[k] = read_file(dir / names[k]);
     std::snprintf(crcs + std::strlen(crcs), sizeof(crcs) - std::strlen(crcs), k ? " %08x" : "%08x",
-                  crc_of(bytes[k]));
+                  crc32_of(bytes[k]));
   }
   const std::string expected =
       detail::concat("dgc-speech-corpus ", kCorpusVersion, " seed ", options.seed, " train ",
