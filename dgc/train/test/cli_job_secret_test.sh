@@ -3,8 +3,8 @@
 # with DGC_JOB_SECRET (and one with --job-secret-file) says its messages are authenticated, and
 # the secret appears neither on the command line (ps), nor in the output, nor in the checkpoints;
 # a run without a secret says it is not authenticated; a secret file others can read, both ways
-# at once, and a short secret are refused; two processes given different secrets stop with an
-# error naming the secret well within the timeout.
+# at once, and a short secret are refused; two processes given different secrets both stop well
+# within the timeout, at least one with an error naming the secret.
 # Usage: cli_job_secret_test.sh DGC_BINARY
 set -euo pipefail
 dgc=$1
@@ -86,8 +86,8 @@ fi
 grep -q "openssl rand -hex 32" "$work/short.out" || fail "$(cat "$work/short.out")"
 cat "$work"/*.out | grep -qF -- "$secret" && fail "the secret was printed"
 
-# Two processes through MASTER_ADDR/MASTER_PORT with different secrets: both stop with an error
-# that names the secret, long before the 60 s timeout.
+# Two processes through MASTER_ADDR/MASTER_PORT with different secrets: both stop with an error,
+# long before the 60 s timeout.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start=$(date +%s)
 for r in 0 1; do
@@ -101,9 +101,19 @@ for r in 0 1; do
 done
 took=$(($(date +%s) - start))
 [ "$took" -lt 50 ] || fail "different secrets took ${took}s to stop"
+# The rank that finds the other's tag invalid names the job secret. If that is rank 0, it may
+# exit (taking the store it serves with it) before rank 1 reads why: rank 1 then says the store
+# went away. At least one rank names the secret; each says one or the other.
+named=0
 for r in 0 1; do
-  grep -q "job secret" "$work/rank$r.log" || fail "rank $r: $(cat "$work/rank$r.log")"
+  if grep -q "job secret" "$work/rank$r.log"; then
+    named=$((named + 1))
+  else
+    grep -q "connection to the store failed" "$work/rank$r.log" ||
+      fail "rank $r: $(cat "$work/rank$r.log")"
+  fi
   grep -qF -- "$secret" "$work/rank$r.log" && fail "rank $r printed the secret"
 done
+((named >= 1)) || fail "no rank named the job secret: $(cat "$work/rank0.log" "$work/rank1.log")"
 echo "different secrets: both ranks stopped after ${took}s: $(grep -h "error" "$work/rank0.log" | head -1)"
 echo "PASS"
