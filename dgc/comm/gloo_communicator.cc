@@ -10,7 +10,10 @@
 //             different world size, is named in the error). A rank that finds a mismatch (or a
 //             claimed rank) publishes it as "dgc.abort" and every rank waiting to join throws the
 //             same MismatchError; a rank that serves the store keeps serving until every other
-//             rank has acknowledged it ("dgc.abort_seen.<rank>") or the timeout passes;
+//             rank has acknowledged it ("dgc.abort_seen.<rank>") or the timeout passes. Under a
+//             job secret, a value without a valid tag (another secret) is an AuthenticationError,
+//             published the same way: each rank then finds the tag of the abort invalid in turn;
+
 //   2. connect: gloo::rendezvous::Context::connectFullMesh over a "gloo" prefix of the store;
 //   3. ready: set "dgc.ready.<rank>" = this rank's local address for each peer connection, wait
 //             for every rank's. Gloo's errors name a peer by the remote address of a socket;
@@ -494,6 +497,27 @@ void ignore_sigpipe() {
   });
 }
 
+// Tells every rank that the rendezvous failed (the first message wins), acknowledges, and if this
+// process serves the store, keeps serving until every other rank has acknowledged or the timeout
+// passes. Best effort: the store may be gone; the caller throws its error either way.
+void abort_rendezvous(const Rendezvous& rv, int rank, int world_size, Timeout timeout,
+                      const std::string& message) {
+  try {
+    if (!rv.has(kAbortKey)) rv.store.set(kAbortKey, to_chars(message));
+    rv.store.set(key("abort_seen", rank), to_chars("1"));
+    if (!rv.serving) return;
+    const auto deadline = Clock::now() + timeout;
+    for (int r = 0; r < world_size && Clock::now() < deadline;) {
+      if (r == rank || rv.has(key("abort_seen", r))) {
+        ++r;
+      } else {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+    }
+  } catch (...) {
+  }
+}
+
 std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, int world_size,
                                            const std::string& hostname, Timeout timeout,
                                            const std::optional<MacKey>& rendezvous_key) {
@@ -553,24 +577,13 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, in
         },
         /*abortable=*/true);
   } catch (const MismatchError& e) {
-    // Tell everyone (the first message wins), acknowledge, and if this process serves the
-    // store, keep serving until every other rank has seen it. Best effort: the store may be gone.
-    try {
-      if (!rv.has(kAbortKey)) rv.store.set(kAbortKey, to_chars(e.what()));
-      rv.store.set(key("abort_seen", rank), to_chars("1"));
-      if (rv.serving) {
-        const auto deadline = Clock::now() + timeout;
-        for (int r = 0; r < world_size && Clock::now() < deadline;) {
-          if (r == rank || rv.has(key("abort_seen", r))) {
-            ++r;
-          } else {
-            std::this_thread::sleep_for(milliseconds(10));
-          }
-        }
-      }
-    } catch (...) {
-      // The message is thrown below either way.
-    }
+    abort_rendezvous(rv, rank, world_size, timeout, e.what());
+    throw;
+  } catch (const AuthenticationError& e) {
+    // Another job secret: the other ranks cannot read this rank's abort message either (its tag
+    // is under this rank's key), which tells each of them the same; this rank, if it serves the
+    // store, waits until they have.
+    abort_rendezvous(rv, rank, world_size, timeout, e.what());
     throw;
   }
 

@@ -112,9 +112,11 @@ void pass_range(const detail::PassTarget& t, size_t begin, size_t end, float thr
   };
   size_t block = begin;
   for (; block + kBlock <= end; block += kBlock) {
+    // u and g are null for a pass without an update: no offset on them (UB on a null pointer).
     const uint32_t count = update_and_count<kUpdate, kBlock, kOutOfPlace>(
-        u + block, v + block, kOutOfPlace ? su + block : nullptr,
-        kOutOfPlace ? sv + block : nullptr, g + block, m, threshold);
+        kUpdate == detail::Update::kNone ? nullptr : u + block, v + block,
+        kOutOfPlace ? su + block : nullptr, kOutOfPlace ? sv + block : nullptr,
+        kUpdate == detail::Update::kNone ? nullptr : g + block, m, threshold);
     take_sample(block + kBlock);
     if (count == 0) continue;
     // Narrow down to the sub-blocks with a hit (the block is in L1), then gather.

@@ -37,7 +37,8 @@ struct GatherCase {
 class AllgathervTest : public ::testing::TestWithParam<GatherCase> {};
 
 TEST_P(AllgathervTest, EveryRankGetsEveryMessageExactly) {
-  const auto [n, bytes] = GetParam();
+  const int n = GetParam().world_size;
+  const size_t bytes = GetParam().bytes;
   auto length = [&](int r) -> size_t { return bytes == 0 ? 0 : bytes + r; };
   run_local(n, quick(), [&](Communicator& comm) {
     const int r = comm.rank();
@@ -108,7 +109,8 @@ size_t pair_length(size_t bytes, int from, int to) {
 class AlltoallvTest : public ::testing::TestWithParam<GatherCase> {};
 
 TEST_P(AlltoallvTest, EveryRankGetsWhatEachPeerSentIt) {
-  const auto [n, bytes] = GetParam();
+  const int n = GetParam().world_size;
+  const size_t bytes = GetParam().bytes;
   run_local(n, quick(), [&](Communicator& comm) {
     const int r = comm.rank();
     std::vector<std::vector<uint8_t>> to(n);
