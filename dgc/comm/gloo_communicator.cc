@@ -13,7 +13,6 @@
 //             rank has acknowledged it ("dgc.abort_seen.<rank>") or the timeout passes. Under a
 //             job secret, a value without a valid tag (another secret) is an AuthenticationError,
 //             published the same way: each rank then finds the tag of the abort invalid in turn;
-
 //   2. connect: gloo::rendezvous::Context::connectFullMesh over a "gloo" prefix of the store;
 //   3. ready: set "dgc.ready.<rank>" = this rank's local address for each peer connection, wait
 //             for every rank's. Gloo's errors name a peer by the remote address of a socket;
@@ -515,6 +514,7 @@ void abort_rendezvous(const Rendezvous& rv, int rank, int world_size, Timeout ti
       }
     }
   } catch (...) {
+    // The caller throws its error either way.
   }
 }
 
