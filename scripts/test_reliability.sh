@@ -7,7 +7,8 @@
 #               fuzz regression replays, then every fuzz target for DGC_FUZZ_SECONDS (10) seconds
 #   build-tsan  ThreadSanitizer: the thread-pool and exchange suites
 # scripts/test.sh (the README's test command) runs it after the main suite unless
-# DGC_TEST_SANITIZERS=0; it can also be run alone (after scripts/setup.sh --no-build). Uses ccache when it is installed.
+# DGC_TEST_SANITIZERS=0; it can also be run alone (after scripts/setup.sh --no-build). Uses
+# ccache when it is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
