@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Token error rate with and without DGC on the speech task: trains the 3-layer bidirectional GRU
 # with CTC on the espeak-ng letters-and-digits corpus (dgc train --task speech) dense
-# (--compression none) and with DGC (d = 0.001 after a one-epoch density warm-up in 4 exponential
+# (--compression none) and with DGC (d = 0.001 after a two-epoch density warm-up in 4 exponential
 # stages, local gradient clipping the paper's way, --clip-scaling paper), 4 local workers, for each
 # seed; dense and DGC of one seed share the seed, data, model and every other setting. The runs go
 # one at a time (dense then DGC, seed by seed), so that each has the cores to itself. Writes the
@@ -17,7 +17,7 @@
 # benchmark goes on where it stopped; dense runs, which --warmup-epochs does not change, can be
 # copied in from an earlier OUT). Training is deterministic for a given seed and build.
 # Defaults: --out runs/speech_ter, --seeds "1 2 3", --epochs 10, --train-examples 0 (all 3,000),
-# --warmup-epochs 1 (DGC's density warm-up, 4 stages; the ratio after warm-up counts the epochs
+# --warmup-epochs 2 (DGC's density warm-up, 4 stages; the ratio after warm-up counts the epochs
 # after it), --dgc build/bin/dgc. The extra flags must not repeat one set here (dgc train refuses a
 # repeated option). The corpus (3,000 + 500 utterances, corpus seed 1) is synthesised on the
 # first run into the cache directory (a few minutes). About 45 seconds per epoch (7.5 minutes a
@@ -32,7 +32,7 @@ out=runs/speech_ter
 seeds="1 2 3"
 epochs=10
 train_examples=0
-warmup=1
+warmup=2
 skip_existing=0
 dgc=build/bin/dgc
 extra=()
