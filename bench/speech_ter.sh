@@ -66,11 +66,13 @@ dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-
 run() {
   local name=$1 seed=$2
   shift 2
-  local done_epochs
-  done_epochs=$(grep -c '"epoch"' "$out/$name-seed$seed.jsonl" 2>/dev/null || true)
-  if [ "$skip_existing" = 1 ] && [ "${done_epochs:-0}" -ge "$epochs" ]; then
-    echo "== $name seed $seed: kept ($out/$name-seed$seed.jsonl has $done_epochs epochs)"
-    return
+  if [ "$skip_existing" = 1 ]; then
+    local done_epochs
+    done_epochs=$(grep -c '"epoch"' "$out/$name-seed$seed.jsonl" 2>/dev/null || true)
+    if [ "${done_epochs:-0}" -ge "$epochs" ]; then
+      echo "== $name seed $seed: kept ($out/$name-seed$seed.jsonl has $done_epochs epochs)"
+      return
+    fi
   fi
   echo "== $name seed $seed: $dgc train ${common[*]} --seed $seed $* ${extra[*]}" |
     tee "$out/$name-seed$seed.log"
