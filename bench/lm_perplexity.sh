@@ -11,9 +11,15 @@
 #   OUT/plots/lm-*.png and .svg: the charts of `dgc plot` (when gnuplot is there)
 #
 # Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
-#                               [--dgc BINARY] [--mean-clip] [-- extra `dgc train` flags for all runs]
-# --mean-clip adds a third run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
+#                               [--dgc BINARY] [--mean-clip] [--masking] [--skip-existing]
+#                               [-- extra `dgc train` flags for all runs]
+# DGC runs the lm task's defaults: momentum factor masking off (dgc/train/tasks/lm.h says why).
+# --mean-clip adds a run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
 # clip-norm / sqrt(4), sqrt(4) to 4 times tighter than the dense baseline's clip).
+# --masking adds a run: DGC with momentum factor masking (--masking, the paper's setting).
+# --skip-existing keeps a run whose OUT/NAME.jsonl already holds all N epochs (an interrupted
+# benchmark goes on where it stopped; the dense run, which the DGC flags do not change, can be
+# copied in from an earlier OUT). Training is deterministic for a given seed and build.
 # Defaults: --out runs/lm_perplexity, --epochs 15, --seed 1, --train-examples 0 (all 28,002
 # training verses: 526 steps per epoch, 7,890 in all), --dgc build/bin/dgc. The two runs go at
 # once; on a 2-core machine shared with three other benchmarks they took 1h25m (dense) and 1h10m.
@@ -31,6 +37,8 @@ warmup=1
 lr=5
 clip=0.25
 mean_clip=0
+masking=0
+skip_existing=0
 dgc=build/bin/dgc
 extra=()
 while (($#)); do
@@ -41,8 +49,10 @@ while (($#)); do
     --train-examples) train_examples=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --mean-clip) mean_clip=1; shift ;;
+    --masking) masking=1; shift ;;
+    --skip-existing) skip_existing=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "lm_perplexity.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +72,14 @@ common=(--task lm --workers 4 --epochs "$epochs" --seed "$seed" --train-examples
 run() {
   local name=$1
   shift
+  if [ "$skip_existing" = 1 ]; then
+    local done_epochs
+    done_epochs=$(grep -c '"epoch"' "$out/$name.jsonl" 2>/dev/null || true)
+    if [ "${done_epochs:-0}" -ge "$epochs" ]; then
+      echo "== $name: kept ($out/$name.jsonl has $done_epochs epochs)"
+      return
+    fi
+  fi
   echo "== $name: $dgc train ${common[*]} $* ${extra[*]} --metrics $out/$name.jsonl" |
     tee "$out/$name.log"
   "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" >>"$out/$name.log" 2>&1
@@ -75,6 +93,11 @@ pids+=($!)
 if [ "$mean_clip" = 1 ]; then
   names+=(dgc_mean_clip)
   run dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --clip-scaling mean &
+  pids+=($!)
+fi
+if [ "$masking" = 1 ]; then
+  names+=(dgc_masking)
+  run dgc_masking "${dgc_flags[@]}" --clip-norm "$clip" --masking &
   pids+=($!)
 fi
 status=0
@@ -127,8 +150,29 @@ if [ "$mean_clip" = 1 ]; then
     ' | tee -a "$out/lm_perplexity.md"
 fi
 
+if [ "$masking" = 1 ]; then
+  paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
+    <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/dgc_masking.jsonl") \
+    <(field bytes_sent <"$out/dgc_masking.jsonl") <(field dense_bytes <"$out/dgc_masking.jsonl") |
+    awk '
+      BEGIN {
+        print ""
+        print "| epoch | dense test ppl | DGC test ppl (no masking, the default) | DGC test ppl (--masking) | its ratio |"
+        print "|---:|---:|---:|---:|---:|"
+      }
+      { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }
+      END { printf "\nWith --masking: DGC %.2f against dense %.2f (%+.2f%%).\n", last, last_dense, 100*(last/last_dense-1) }
+    ' | tee -a "$out/lm_perplexity.md"
+fi
+
 if command -v gnuplot >/dev/null; then
-  "$dgc" plot "$out/dense.jsonl" "$out/dgc.jsonl" --label dense --label DGC --out "$out/plots" \
+  plot_runs=("$out/dense.jsonl" "$out/dgc.jsonl")
+  labels=(--label dense --label DGC)
+  if [ "$masking" = 1 ]; then
+    plot_runs+=("$out/dgc_masking.jsonl")
+    labels+=(--label "DGC, masking")
+  fi
+  "$dgc" plot "${plot_runs[@]}" "${labels[@]}" --out "$out/plots" \
     --name lm --metric test_perplexity --title "lm, 4 workers" >/dev/null &&
     echo "charts: $out/plots/lm-test_perplexity-epoch.png (and -time, -bytes)"
 fi

@@ -164,6 +164,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
     if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
     if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
     if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
+    if (sub.count("--masking") == 0) opt.compressor.momentum.masking = D::kMasking;
   } else if (cmd.task == "speech") {
     options.model = "gru";
     using D = train::SpeechTrainDefaults;
@@ -257,9 +258,11 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
                                                                  : info.iterations_per_epoch;
           std::printf(
               "  compression dgc: density %g after a warm-up of %g epoch(s) (%lld iterations, "
-              "stages of %lld iterations at density max(d, 0.25^(stage+1)))\n",
+              "stages of %lld iterations at density max(d, 0.25^(stage+1))), momentum factor "
+              "masking %s\n",
               opt.density.density, opt.density.warmup_epochs,
-              static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage));
+              static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage),
+              opt.compressor.momentum.masking ? "on" : "off");
           if (info.dense_tensors > 0) {
             std::printf("  dense path %s", cmd.dense_path.c_str());
             if (opt.dense_path == train::DensePath::kGrouped) {
@@ -509,7 +512,8 @@ void add_train(CLI::App& app) {
   sub->add_flag("--masking,!--no-masking", opt.compressor.momentum.masking,
                 std::string("Momentum factor masking: zero the momentum where the velocity was "
                             "sent (default: ") +
-                    (opt.compressor.momentum.masking ? "on)" : "off)"));
+                    (opt.compressor.momentum.masking ? "on" : "off") +
+                    (train::LmTrainDefaults::kMasking ? "" : "; lm: off") + ")");
   sub->add_option("--selection", cmd->selection,
                   "Threshold selection: sampled (the paper's) or exact (top-k)")
       ->check(CLI::IsMember({"sampled", "exact"}))

@@ -30,6 +30,7 @@ for key in epoch train_loss test_accuracy bytes_sent dense_bytes compression_rat
 done
 grep -q "^result: test accuracy" "$work/out" || fail "no summary: $(cat "$work/out")"
 grep -q "compression ratio: .*x whole run, .*x after warm-up" "$work/out" || fail "no ratio line"
+grep -q "momentum factor masking on" "$work/out" || fail "image does not mask by default: $(head -5 "$work/out")"
 # 2 workers x 16 of 1024 examples: 32 steps per epoch, checkpoints after steps 32 and 64.
 for f in ckpt.step32.rank0 ckpt.step32.rank1 ckpt.step64.rank0 ckpt.step64.rank1; do
   [ -f "$work/$f" ] || fail "checkpoint file $f missing: $(ls "$work")"
@@ -161,6 +162,11 @@ for key in epoch train_loss validation_perplexity test_perplexity bytes_sent den
 done
 grep -q "tokens/s" "$work/lm" || fail "lm progress shows no tokens/s: $(cat "$work/lm")"
 grep -q "clip norm 0.25" "$work/lm" || fail "lm does not clip by default: $(head -5 "$work/lm")"
+# lm turns momentum factor masking off by default (LmTrainDefaults); --masking turns it on.
+grep -q "momentum factor masking off" "$work/lm" || fail "lm masks by default: $(head -5 "$work/lm")"
+"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 1 --masking --progress lines >"$work/lm_masking" ||
+  fail "lm training with --masking failed: $(cat "$work/lm_masking")"
+grep -q "momentum factor masking on" "$work/lm_masking" || fail "--masking ignored: $(head -5 "$work/lm_masking")"
 grep -q "^result: test perplexity [0-9.]* after 2 epochs" "$work/lm" || fail "$(cat "$work/lm")"
 
 # Flags of one task are refused on the other.
