@@ -107,7 +107,11 @@ if [ "$status" -ne 0 ]; then
   for name in "${names[@]}"; do tail -n 3 "$out/$name.log" >&2; done
   exit 1
 fi
-for name in "${names[@]}"; do grep -H -E "^result|compression ratio|wall time" "$out/$name.log"; done
+for name in "${names[@]}"; do
+  # A run kept by --skip-existing may have come without its log.
+  grep -H -E "^result|compression ratio|wall time" "$out/$name.log" 2>/dev/null ||
+    echo "$name: no summary in $out/$name.log"
+done
 
 # The table, from the JSON lines (flat objects; no jq needed).
 field() {  # field NAME < jsonl: one value per line
