@@ -11,12 +11,15 @@
 #   OUT/plots/lm-*.png and .svg: the charts of `dgc plot` (when gnuplot is there)
 #
 # Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
-#                               [--dgc BINARY] [--mean-clip] [--masking] [--skip-existing]
+#                               [--warmup-epochs E] [--dgc BINARY] [--mean-clip] [--masking]
+#                               [--skip-existing]
 #                               [-- extra `dgc train` flags for all runs]
 # DGC runs the lm task's defaults: momentum factor masking off (dgc/train/tasks/lm.h says why).
 # --mean-clip adds a run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
 # clip-norm / sqrt(4), sqrt(4) to 4 times tighter than the dense baseline's clip).
 # --masking adds a run: DGC with momentum factor masking (--masking, the paper's setting).
+# --warmup-epochs E: DGC's density warm-up (default 1, the benchmark; 4 stages); the
+# ratio after warm-up counts the epochs after it.
 # --skip-existing keeps a run whose OUT/NAME.jsonl already holds all N epochs (an interrupted
 # benchmark goes on where it stopped; the dense run, which the DGC flags do not change, can be
 # copied in from an earlier OUT). Training is deterministic for a given seed and build.
@@ -46,6 +49,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --warmup-epochs) warmup=$2; shift 2 ;;
     --train-examples) train_examples=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --mean-clip) mean_clip=1; shift ;;
