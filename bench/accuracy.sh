@@ -25,6 +25,7 @@
 # 270x after warm-up, counting every byte of every message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 model=cnn
 out=runs/accuracy
@@ -76,9 +77,6 @@ for dense_path in $dense_paths; do
 done
 
 # The table, from the JSON lines (flat objects; no jq needed).
-field() {  # field NAME < jsonl: one value per line
-  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
-}
 paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_accuracy <"$out/dense.jsonl") \
   <(field test_accuracy <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
   <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \

@@ -31,6 +31,7 @@
 # it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 out=runs/lm_perplexity
 epochs=15
@@ -76,33 +77,29 @@ common=(--task lm --workers 4 --epochs "$epochs" --seed "$seed" --train-examples
 run() {
   local name=$1
   shift
-  if [ "$skip_existing" = 1 ]; then
-    local done_epochs
-    done_epochs=$(grep -c '"epoch"' "$out/$name.jsonl" 2>/dev/null || true)
-    if [ "${done_epochs:-0}" -ge "$epochs" ]; then
-      echo "== $name: kept ($out/$name.jsonl has $done_epochs epochs)"
-      return
-    fi
+  if [ "$skip_existing" = 1 ] && kept_run "$out/$name.jsonl" "$epochs" "$name"; then
+    return
   fi
   echo "== $name: $dgc train ${common[*]} $* ${extra[*]} --metrics $out/$name.jsonl" |
     tee "$out/$name.log"
   "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" >>"$out/$name.log" 2>&1
 }
-dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4)
-names=(dense dgc)
-run dense --compression none --clip-norm "$clip" &
-pids=($!)
-run dgc "${dgc_flags[@]}" --clip-norm "$clip" &
-pids+=($!)
-if [ "$mean_clip" = 1 ]; then
-  names+=(dgc_mean_clip)
-  run dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --clip-scaling mean &
+# start NAME FLAGS...: runs NAME in the background (all runs go at once).
+names=()
+pids=()
+start() {
+  names+=("$1")
+  run "$@" &
   pids+=($!)
+}
+dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4)
+start dense --compression none --clip-norm "$clip"
+start dgc "${dgc_flags[@]}" --clip-norm "$clip"
+if [ "$mean_clip" = 1 ]; then
+  start dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --clip-scaling mean
 fi
 if [ "$masking" = 1 ]; then
-  names+=(dgc_masking)
-  run dgc_masking "${dgc_flags[@]}" --clip-norm "$clip" --masking &
-  pids+=($!)
+  start dgc_masking "${dgc_flags[@]}" --clip-norm "$clip" --masking
 fi
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
@@ -118,9 +115,6 @@ for name in "${names[@]}"; do
 done
 
 # The table, from the JSON lines (flat objects; no jq needed).
-field() {  # field NAME < jsonl: one value per line
-  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
-}
 paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
   <(field test_perplexity <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
   <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \
@@ -143,34 +137,27 @@ paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/d
       printf "Final test perplexity: dense %.2f, DGC %.2f (DGC / dense = %.4f, %+.2f%%).\n", last_dense, last_dgc, last_dgc/last_dense, 100*(last_dgc/last_dense-1)
       printf "DGC compression ratio (dense gradient bytes / bytes sent per worker, headers and dense-path tensors included): %.1fx over the whole run, %.1fx after warm-up.\n", dense/sent, (sent_post > 0 ? dense_post/sent_post : 0)
     }' | tee "$out/lm_perplexity.md"
+# variant_table NAME HEADER FLAG: the extra DGC run NAME's test perplexity beside dense's and
+# DGC's per epoch, with its own ratio, and the final line "With FLAG: ...".
+variant_table() {
+  local name=$1 header=$2 flag=$3
+  paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
+    <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/$name.jsonl") \
+    <(field bytes_sent <"$out/$name.jsonl") <(field dense_bytes <"$out/$name.jsonl") |
+    awk -v header="$header" -v flag="$flag" '
+      BEGIN { print ""; print header; print "|---:|---:|---:|---:|---:|" }
+      { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }
+      END { printf "\nWith %s: DGC %.2f against dense %.2f (%+.2f%%).\n", flag, last, last_dense, 100*(last/last_dense-1) }
+    ' | tee -a "$out/lm_perplexity.md"
+}
 if [ "$mean_clip" = 1 ]; then
-  paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
-    <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/dgc_mean_clip.jsonl") \
-    <(field bytes_sent <"$out/dgc_mean_clip.jsonl") <(field dense_bytes <"$out/dgc_mean_clip.jsonl") |
-    awk -v clip="$clip" '
-      BEGIN {
-        print ""
-        printf "| epoch | dense test ppl (clip %g on the average) | DGC test ppl (paper scaling: each mean gradient at %g x sqrt(4)) | DGC test ppl (mean scaling: at %g / sqrt(4)) | its ratio |\n", clip, clip, clip
-        print "|---:|---:|---:|---:|---:|"
-      }
-      { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }
-      END { printf "\nWith --clip-scaling mean: DGC %.2f against dense %.2f (%+.2f%%).\n", last, last_dense, 100*(last/last_dense-1) }
-    ' | tee -a "$out/lm_perplexity.md"
+  variant_table dgc_mean_clip "$(printf '| epoch | dense test ppl (clip %g on the average) | DGC test ppl (paper scaling: each mean gradient at %g x sqrt(4)) | DGC test ppl (mean scaling: at %g / sqrt(4)) | its ratio |' "$clip" "$clip" "$clip")" \
+    "--clip-scaling mean"
 fi
-
 if [ "$masking" = 1 ]; then
-  paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
-    <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/dgc_masking.jsonl") \
-    <(field bytes_sent <"$out/dgc_masking.jsonl") <(field dense_bytes <"$out/dgc_masking.jsonl") |
-    awk '
-      BEGIN {
-        print ""
-        print "| epoch | dense test ppl | DGC test ppl (no masking, the default) | DGC test ppl (--masking) | its ratio |"
-        print "|---:|---:|---:|---:|---:|"
-      }
-      { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }
-      END { printf "\nWith --masking: DGC %.2f against dense %.2f (%+.2f%%).\n", last, last_dense, 100*(last/last_dense-1) }
-    ' | tee -a "$out/lm_perplexity.md"
+  variant_table dgc_masking \
+    "| epoch | dense test ppl | DGC test ppl (no masking, the default) | DGC test ppl (--masking) | its ratio |" \
+    "--masking"
 fi
 
 if command -v gnuplot >/dev/null; then

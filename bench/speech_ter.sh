@@ -27,6 +27,7 @@
 # per worker in the epochs after the warm-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 out=runs/speech_ter
 seeds="1 2 3"
@@ -66,13 +67,9 @@ dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-
 run() {
   local name=$1 seed=$2
   shift 2
-  if [ "$skip_existing" = 1 ]; then
-    local done_epochs
-    done_epochs=$(grep -c '"epoch"' "$out/$name-seed$seed.jsonl" 2>/dev/null || true)
-    if [ "${done_epochs:-0}" -ge "$epochs" ]; then
-      echo "== $name seed $seed: kept ($out/$name-seed$seed.jsonl has $done_epochs epochs)"
-      return
-    fi
+  if [ "$skip_existing" = 1 ] &&
+    kept_run "$out/$name-seed$seed.jsonl" "$epochs" "$name seed $seed"; then
+    return
   fi
   echo "== $name seed $seed: $dgc train ${common[*]} --seed $seed $* ${extra[*]}" |
     tee "$out/$name-seed$seed.log"
@@ -91,9 +88,6 @@ for seed in $seeds; do
 done
 
 # The table, from the JSON lines (flat objects; no jq needed).
-field() {  # field NAME < jsonl: one value per line
-  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
-}
 last() { field "$1" <"$2" | tail -n 1; }
 {
   echo "| seed | dense test TER | DGC test TER | dense noisy TER | DGC noisy TER | dense utt. err. | DGC utt. err. | DGC ratio after warm-up | DGC ratio, whole run |"

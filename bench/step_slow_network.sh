@@ -15,6 +15,7 @@
 # this machine's cores: with more ranks than cores the compression of every rank competes for them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 ranks_list="2 4 8"
 profiles="1gbit 100mbit mobile"
@@ -43,10 +44,6 @@ for ranks in $ranks_list; do
 done
 [ -s "$jsonl" ] || { echo "step_slow_network: no results; see the logs in $out" >&2; exit 1; }
 
-# field NAME < jsonl: one value per line.
-field() {
-  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
-}
 table="$out/step_slow_network.md"
 {
   echo "| link | model | ranks | compute | dense step | DGC step | speedup | scaling eff. dense | scaling eff. DGC | DGC compress | DGC exchange | of it wire time | bytes sent per rank (DGC / dense) |"

@@ -20,6 +20,7 @@
 # points) in at most half of dense's wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 
 profiles="1gbit 100mbit mobile"
 ranks=4
@@ -41,11 +42,6 @@ while (($#)); do
 done
 [ -x "$dgc" ] || { echo "train_slow_network: $dgc not found; build first (scripts/setup.sh)" >&2; exit 1; }
 mkdir -p "$out"
-
-# field NAME < jsonl: one value per line.
-field() {
-  sed -E "s/.*\"$1\":(\"?)([^,\"}]*)\1.*/\2/"
-}
 
 table="$out/train_slow_network.md"
 {
