@@ -4,7 +4,7 @@
 # step (and its exchange part), the wall time, the final test accuracy and the bytes on the wire,
 # and, per profile, the wall time each run needed to reach the dense run's final accuracy less
 # 0.5 points; draws the test accuracy by epoch and by wall time (dgc plot), dense against DGC, one
-# chart pair per profile.
+# chart pair per profile, with the target accuracy drawn as a dashed line.
 #
 #   bench/train_slow_network.sh [--profiles "100mbit mobile"] [--ranks 4] [--out DIR]
 #                               [--direct] [--dgc PATH] [-- extra `dgc train` options for every run]
@@ -95,7 +95,8 @@ for profile in $profiles; do
     esac
   done
   "$dgc" plot "${files[@]}" "${labels[@]}" --out "$dir/plots" --name "train-$profile" \
-    --title "$profile, $ranks ranks" >/dev/null
+    --title "$profile, $ranks ranks" --target "$target" \
+    --target-label "dense's final accuracy - 0.5 points" >/dev/null
   echo "train_slow_network: charts in $dir/plots"
 done
 echo

@@ -8,6 +8,8 @@
 //       NAME-bytes         message bytes per worker in each epoch ("bytes_sent"), log scale.
 //     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity,
 //     validation_perplexity and test_token_error_rate (drawn in %) that every file has.
+//     --target V draws a dashed horizontal line at V (in the metric's own units, so 0.9125 for
+//     91.25% accuracy) on the two metric charts, titled --target-label.
 //   - exchange benchmarks (`dgc bench exchange --json`, and `bench/slow_network.sh --out`, which
 //     adds "profile" and "rate"): objects with "benchmark": "exchange". One series per link
 //     profile (else rate; "loopback" without either) and exchange algorithm (when the object
@@ -59,6 +61,8 @@ struct PlotCommand {
   std::string name = "dgc";
   std::string metric;  // empty: automatic
   std::string title;   // prefix of every chart title
+  std::optional<double> target;  // a reference level of the metric, drawn as a line
+  std::string target_label = "target";
   int width = 800;
   int height = 500;
 };
@@ -103,10 +107,15 @@ double number(const json& object, const std::string& field, const std::string& w
   return it->get<double>();
 }
 
+// Metrics stored as fractions and drawn in %.
+bool percent(const std::string& metric) {
+  return metric == "test_accuracy" || metric.find("error_rate") != std::string::npos;
+}
+
 std::string readable(const std::string& metric) {
   std::string out = metric;
   std::replace(out.begin(), out.end(), '_', ' ');
-  if (metric == "test_accuracy" || metric.find("error_rate") != std::string::npos) out += " (%)";
+  if (percent(metric)) out += " (%)";
   return out;
 }
 
@@ -256,8 +265,7 @@ class Plotter {
   // A datablock per run: epoch, wall minutes, metric, megabytes sent.
   std::string metrics_data(const std::string& field) const {
     std::ostringstream out;
-    const bool percent = field == "test_accuracy" || field.find("error_rate") != std::string::npos;
-    const double scale = percent ? 100.0 : 1.0;
+    const double scale = percent(field) ? 100.0 : 1.0;
     for (size_t r = 0; r < runs_.size(); ++r) {
       out << "$run" << r << " << EOD\n";
       double minutes = 0.0;
@@ -274,12 +282,18 @@ class Plotter {
     return out.str();
   }
 
-  std::string metrics_plot(int x_column, int y_column) const {
+  // `target`: the level (already scaled like the data) of a dashed reference line, if any.
+  std::string metrics_plot(int x_column, int y_column,
+                           std::optional<double> target = std::nullopt) const {
     const auto names = labels();
     std::string plot = "plot ";
     for (size_t r = 0; r < runs_.size(); ++r) {
       plot += detail::concat(r ? ", " : "", "$run", r, " using ", x_column, ":", y_column,
                              " with linespoints lw 2 pt 7 ps 0.8 title ", quote(names[r]));
+    }
+    if (target) {
+      plot += detail::concat(", ", *target, " with lines dt 2 lw 2 lc rgb 'gray40' title ",
+                             quote(cmd_.target_label));
     }
     return plot + "\n";
   }
@@ -292,16 +306,18 @@ class Plotter {
         field.find("perplexity") != std::string::npos || field.find("loss") != std::string::npos;
     const std::string key = lower_is_better ? "set key top right\n" : "set key bottom right\n";
     const std::string base = cmd_.name + "-" + field;
+    std::optional<double> target;
+    if (cmd_.target) target = *cmd_.target * (percent(field) ? 100.0 : 1.0);
     double last_epoch = 0;
     for (const auto& run : runs_)
       last_epoch = std::max(last_epoch, run.epochs.back()["epoch"].get<double>());
     const std::string epoch_tics = last_epoch <= 20 ? "set xtics 1\n" : "";
     out.push_back({base + "-epoch", data + "set title " + quote(title(ylabel + " by epoch")) +
                                         "\nset xlabel 'epoch'\nset ylabel " + quote(ylabel) + "\n" +
-                                        key + epoch_tics + metrics_plot(1, 3)});
+                                        key + epoch_tics + metrics_plot(1, 3, target)});
     out.push_back({base + "-time", data + "set title " + quote(title(ylabel + " by wall time")) +
                                        "\nset xlabel 'wall time (minutes)'\nset ylabel " +
-                                       quote(ylabel) + "\n" + key + metrics_plot(2, 3)});
+                                       quote(ylabel) + "\n" + key + metrics_plot(2, 3, target)});
     const bool have_bytes = std::any_of(runs_.begin(), runs_.end(), [](const MetricsRun& run) {
       return std::all_of(run.epochs.begin(), run.epochs.end(), [](const json& e) {
         return e.contains("bytes_sent") && e["bytes_sent"].is_number() &&
@@ -477,6 +493,11 @@ void add_plot(CLI::App& app) {
                   "Training metric to draw (default: test_accuracy, else test_perplexity, else "
                   "validation_perplexity, else test_token_error_rate)");
   sub->add_option("--title", cmd->title, "Text put before every chart title");
+  sub->add_option("--target", cmd->target,
+                  "Draw a dashed line at this level of the training metric, in its own units "
+                  "(test_accuracy as a fraction: 0.9125 for 91.25%)");
+  sub->add_option("--target-label", cmd->target_label, "Legend label of the --target line")
+      ->capture_default_str();
   sub->add_option("--width", cmd->width, "Chart width, pixels")
       ->check(CLI::Range(200, 4000))
       ->capture_default_str();

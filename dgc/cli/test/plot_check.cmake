@@ -51,6 +51,27 @@ foreach(chart IN LISTS charts)
   endforeach()
 endforeach()
 
+# --target: a dashed reference line on both metric charts, in % for accuracy.
+execute_process(
+  COMMAND "${DGC}" plot "${DATA}/dense.jsonl" "${DATA}/dgc.jsonl" --out "${OUT}/target"
+          --target 0.8125 --target-label "the reference level"
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "dgc plot --target failed (${rc}):\n${out}\n${err}")
+endif()
+foreach(name dgc-test_accuracy-epoch dgc-test_accuracy-time)
+  file(READ "${OUT}/target/${name}.svg" svg_text)
+  string(FIND "${svg_text}" "the reference level" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${name}.svg lacks the --target line's label")
+  endif()
+  file(READ "${OUT}/target/dgc.gp" script)
+  string(FIND "${script}" ", 81.25 with lines dt 2" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "dgc.gp does not draw the target at 81.25 (%):\n${script}")
+  endif()
+endforeach()
+
 # Bad input: a clear error, non-zero exit.
 function(expect_failure expected)
   execute_process(COMMAND "${DGC}" plot ${ARGN} --out "${OUT}/bad"
