@@ -112,6 +112,9 @@ bool percent(const std::string& metric) {
   return metric == "test_accuracy" || metric.find("error_rate") != std::string::npos;
 }
 
+// Factor from a metric's stored value to the value drawn.
+double drawn_scale(const std::string& metric) { return percent(metric) ? 100.0 : 1.0; }
+
 std::string readable(const std::string& metric) {
   std::string out = metric;
   std::replace(out.begin(), out.end(), '_', ' ');
@@ -265,7 +268,7 @@ class Plotter {
   // A datablock per run: epoch, wall minutes, metric, megabytes sent.
   std::string metrics_data(const std::string& field) const {
     std::ostringstream out;
-    const double scale = percent(field) ? 100.0 : 1.0;
+    const double scale = drawn_scale(field);
     for (size_t r = 0; r < runs_.size(); ++r) {
       out << "$run" << r << " << EOD\n";
       double minutes = 0.0;
@@ -307,7 +310,7 @@ class Plotter {
     const std::string key = lower_is_better ? "set key top right\n" : "set key bottom right\n";
     const std::string base = cmd_.name + "-" + field;
     std::optional<double> target;
-    if (cmd_.target) target = *cmd_.target * (percent(field) ? 100.0 : 1.0);
+    if (cmd_.target) target = *cmd_.target * drawn_scale(field);
     double last_epoch = 0;
     for (const auto& run : runs_)
       last_epoch = std::max(last_epoch, run.epochs.back()["epoch"].get<double>());
