@@ -12,7 +12,7 @@
 #
 # Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
 #                               [--warmup-epochs E] [--dgc BINARY] [--mean-clip] [--masking]
-#                               [--skip-existing]
+#                               [--skip-existing] [--checkpoints]
 #                               [-- extra `dgc train` flags for all runs]
 # DGC runs the lm task's defaults: momentum factor masking off (dgc/train/tasks/lm.h says why).
 # --mean-clip adds a run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
@@ -23,6 +23,8 @@
 # --skip-existing keeps a run whose OUT/NAME.jsonl already holds all N epochs (an interrupted
 # benchmark goes on where it stopped; the dense run, which the DGC flags do not change, can be
 # copied in from an earlier OUT). Training is deterministic for a given seed and build.
+# --checkpoints makes every run checkpoint after each epoch (OUT/NAME.ckpt.step<S>.rank<r>, the
+# newest kept), so that its final model is there to analyse.
 # Defaults: --out runs/lm_perplexity, --epochs 30, --seed 1, --train-examples 0 (all 28,002
 # training verses: 526 steps per epoch, 15,780 in all), --dgc build/bin/dgc. The two runs go at
 # once; on an otherwise idle 2-core machine they took 1h07m (dense) and 56m55s (DGC).
@@ -43,6 +45,7 @@ clip=0.25
 mean_clip=0
 masking=0
 skip_existing=0
+checkpoints=0
 dgc=build/bin/dgc
 extra=()
 while (($#)); do
@@ -56,6 +59,7 @@ while (($#)); do
     --mean-clip) mean_clip=1; shift ;;
     --masking) masking=1; shift ;;
     --skip-existing) skip_existing=1; shift ;;
+    --checkpoints) checkpoints=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "lm_perplexity.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -80,9 +84,12 @@ run() {
   if [ "$skip_existing" = 1 ] && kept_run "$out/$name.jsonl" "$epochs" "$name"; then
     return
   fi
-  echo "== $name: $dgc train ${common[*]} $* ${extra[*]} --metrics $out/$name.jsonl" |
-    tee "$out/$name.log"
-  "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" >>"$out/$name.log" 2>&1
+  local own=(--metrics "$out/$name.jsonl")
+  if [ "$checkpoints" = 1 ]; then
+    own+=(--checkpoint "$out/$name.ckpt" --checkpoint-keep 1)
+  fi
+  echo "== $name: $dgc train ${common[*]} $* ${extra[*]} ${own[*]}" | tee "$out/$name.log"
+  "$dgc" train "${common[@]}" "$@" "${extra[@]}" "${own[@]}" >>"$out/$name.log" 2>&1
 }
 # start NAME FLAGS...: runs NAME in the background (all runs go at once).
 names=()

@@ -16,6 +16,8 @@ void add_bench_step(CLI::App& bench);
 void add_bench_auth(CLI::App& bench);
 // dgc train: data-parallel training with or without DGC.
 void add_train(CLI::App& app);
+// dgc lm-words: the loss of lm checkpoints by word frequency.
+void add_lm_words(CLI::App& app);
 // dgc plot: PNG and SVG charts (gnuplot) from training metrics and benchmark JSON lines.
 void add_plot(CLI::App& app);
 

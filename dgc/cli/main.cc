@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   // The TCP rendezvous meets in libtorch's store, so that ranks can join torchrun's agent store.
   dgc::comm::use_c10d_store();
   dgc::cli::add_train(app);
+  dgc::cli::add_lm_words(app);
 #endif
 #if DGC_BUILD_BENCHMARKS
   CLI::App* bench =

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <sstream>
 
@@ -41,6 +42,32 @@ torch::Tensor rank_columns(const std::vector<int32_t>& stream, int rank, int wor
     }
   }
   return out;
+}
+
+// "[5000, 100]"
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Runs `model` in evaluation mode over `data` ([rows, columns], one rank's part of a stream),
+// `bptt` rows at a time with the state carried from the first row to the last, and hands each
+// piece's logits and targets (every row but the first is a target once) to `consume`. Training
+// mode is restored afterwards.
+void evaluate_columns(
+    LstmLanguageModel& model, const torch::Tensor& data, int64_t bptt, at::Generator& generator,
+    const std::function<void(const torch::Tensor& logits, const torch::Tensor& target)>& consume) {
+  torch::NoGradGuard no_grad;
+  const bool training = model.is_training();
+  model.eval();
+  auto state = model.initial_state(data.size(1));
+  for (int64_t row = 0; row + 1 < data.size(0); row += bptt) {
+    const int64_t length = std::min(bptt, data.size(0) - 1 - row);
+    const auto logits = model.forward(data.slice(0, row, row + length), state, generator);
+    consume(logits, data.slice(0, row + 1, row + 1 + length).reshape({-1}));
+  }
+  model.train(training);
 }
 
 class LmWorker : public TaskWorker {
@@ -154,22 +181,17 @@ class LmWorker : public TaskWorker {
   }
 
   std::vector<Metric> evaluate(comm::Communicator& comm, comm::Timeout timeout) override {
-    torch::NoGradGuard no_grad;
-    model_->eval();
     std::vector<float> sums;
     for (const auto& data : eval_) {
-      auto state = model_->initial_state(data.size(1));
       double nll = 0.0;
-      const int64_t bptt = task_.options().bptt;
-      for (int64_t row = 0; row + 1 < data.size(0); row += bptt) {
-        const int64_t length = std::min(bptt, data.size(0) - 1 - row);
-        const auto logits = model_->forward(data.slice(0, row, row + length), state, generator_);
-        const auto target = data.slice(0, row + 1, row + 1 + length).reshape({-1});
-        nll += torch::nn::functional::cross_entropy(
-                   logits, target,
-                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
-      }
+      evaluate_columns(*model_, data, task_.options().bptt, generator_,
+                       [&](const torch::Tensor& logits, const torch::Tensor& target) {
+                         nll += torch::nn::functional::cross_entropy(
+                                    logits, target,
+                                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                                        torch::kSum))
+                                    .item<double>();
+                       });
       sums.push_back(static_cast<float>(nll));
       sums.push_back(static_cast<float>((data.size(0) - 1) * data.size(1)));
     }
@@ -332,6 +354,67 @@ std::unique_ptr<TaskWorker> LmTask::make_worker(const TrainOptions& options, int
 std::unique_ptr<LmTask> load_lm_task(const LmOptions& options) {
   const std::string dir = options.cache_dir.empty() ? kjv::default_cache_dir() : options.cache_dir;
   return std::make_unique<LmTask>(kjv::load_verses(dir, options.bible), options);
+}
+
+TokenLosses token_losses(const LmTask& task, LstmLanguageModel& model, kjv::Part part,
+                         int64_t limit, int world, int64_t batch_size) {
+  DGC_CHECK_GE(world, 1, "world size");
+  DGC_CHECK_GE(batch_size, 1, "batch size");
+  const auto stream = task.stream(part, limit);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);  // unused: no dropout in eval
+  TokenLosses out;
+  for (int rank = 0; rank < world; ++rank) {
+    evaluate_columns(model, rank_columns(stream, rank, world, batch_size), task.options().bptt,
+                     generator, [&](const torch::Tensor& logits, const torch::Tensor& target) {
+                       const auto nll = torch::nn::functional::cross_entropy(
+                                            logits, target,
+                                            torch::nn::functional::CrossEntropyFuncOptions()
+                                                .reduction(torch::kNone))
+                                            .to(torch::kFloat64)
+                                            .contiguous();
+                       const auto ids = target.contiguous();
+                       const double* n = nll.data_ptr<double>();
+                       const int64_t* t = ids.data_ptr<int64_t>();
+                       for (int64_t i = 0; i < ids.numel(); ++i) {
+                         out.targets.push_back(static_cast<int32_t>(t[i]));
+                         out.nll.push_back(n[i]);
+                       }
+                     });
+  }
+  return out;
+}
+
+std::vector<WordBand> frequency_bands(int64_t size) {
+  DGC_CHECK_GE(size, 3, "vocabulary size");
+  std::vector<WordBand> bands = {{"<eos>", kjv::kEos, kjv::kEos}};
+  const int64_t words = size - 2;  // ids 2 .. size - 1 are the words of rank 1 .. words
+  for (int64_t first = 1, last = 10; first <= words; first = last + 1, last *= 10) {
+    const int64_t end = std::min(last, words);
+    bands.push_back({detail::concat("words ", first, "-", end), static_cast<int32_t>(first + 1),
+                     static_cast<int32_t>(end + 1)});
+  }
+  bands.push_back({"<unk>", kjv::kUnk, kjv::kUnk});
+  return bands;
+}
+
+void load_model_parameters(const CheckpointFile& file, torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters(/*recurse=*/true)) {
+    const std::string name = "model/param/" + item.key();
+    if (!file.has(name)) {
+      throw DataError("checkpoint " + file.path() + " has no parameter '" + item.key() +
+                      "': it is not a checkpoint of this model");
+    }
+    const auto& record = file.get(name);
+    auto& tensor = item.value();
+    if (record.dtype != "float32" || record.shape != tensor.sizes().vec()) {
+      throw DataError(detail::concat("checkpoint ", file.path(), ": parameter '", item.key(),
+                                     "' has shape ", shape_text(record.shape), ", this model's is ",
+                                     shape_text(tensor.sizes().vec()),
+                                     " (another vocabulary, embedding or hidden size)"));
+    }
+    file.get_floats(name, std::span(tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())));
+  }
 }
 
 }  // namespace dgc::train

@@ -38,6 +38,8 @@
 
 namespace dgc::train {
 
+class CheckpointFile;
+
 struct LmOptions {
   std::string cache_dir;        // where the prepared corpus lives; "" = kjv::default_cache_dir()
   std::string bible = "bible";  // the program that prints the KJV (Debian package bible-kjv)
@@ -130,5 +132,34 @@ class LmTask : public Task {
 
 // Loads the corpus (preparing the cache on first use) and builds the task.
 std::unique_ptr<LmTask> load_lm_task(const LmOptions& options);
+
+// Per-word analysis of a trained model (`dgc lm-words`).
+//
+// The loss of every target token of `part` (its first `limit` verses, all when limit <= 0), the
+// stream cut into `world` parts of `batch_size` columns and read with the state carried exactly
+// as a training run of `world` workers evaluates it (LmWorker::evaluate), so that
+// exp(mean of nll) is that run's perplexity of the part.
+struct TokenLosses {
+  std::vector<int32_t> targets;  // the id of each predicted token
+  std::vector<double> nll;       // its negative log-likelihood under the model
+};
+TokenLosses token_losses(const LmTask& task, LstmLanguageModel& model, kjv::Part part,
+                         int64_t limit, int world, int64_t batch_size);
+
+// A range of vocabulary ids. Ids are frequency ranks: id 1 + k is the k-th most frequent word of
+// the training split (kjv::build_vocabulary), so a range of ids is a band of word frequency.
+struct WordBand {
+  std::string name;  // "<eos>", "words 1-10", ..., "<unk>"
+  int32_t first_id;
+  int32_t last_id;  // inclusive
+};
+// <eos>, the words of frequency rank 1-10, 11-100, 101-1,000 and so on up to the vocabulary's
+// last word, then <unk>. Together they cover every id of a vocabulary of `size` once.
+std::vector<WordBand> frequency_bands(int64_t size);
+
+// The parameters of a training checkpoint ("model/param/NAME" records, Trainer's files; every
+// rank holds the same weights) copied into `model`. Throws dgc::DataError naming the file when
+// a parameter is missing or has another shape (a checkpoint of another model or size).
+void load_model_parameters(const CheckpointFile& file, torch::nn::Module& model);
 
 }  // namespace dgc::train

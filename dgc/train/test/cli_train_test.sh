@@ -152,7 +152,8 @@ for flag in --task --cache-dir --vocabulary --embedding --hidden --bptt --dropou
 done
 lm=(--task lm --workers 2 --train-examples 200 --test-examples 40 --batch-size 4 --bptt 10
     --vocabulary 500 --embedding 16 --hidden 16 --density 0.01)
-"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 2 --progress bar --metrics "$work/lm.jsonl" >"$work/lm" ||
+"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 2 --progress bar --metrics "$work/lm.jsonl" \
+  --checkpoint "$work/lmck" >"$work/lm" ||
   fail "lm training failed: $(cat "$work/lm")"
 [ -f "$work/cache/kjv-corpus-v1.txt" ] || fail "no corpus cache in --cache-dir"
 [ "$(wc -l <"$work/lm.jsonl")" -eq 2 ] || fail "expected 2 lm metrics lines: $(cat "$work/lm.jsonl")"
@@ -168,6 +169,29 @@ grep -q "momentum factor masking off" "$work/lm" || fail "lm masks by default: $
   fail "lm training with --masking failed: $(cat "$work/lm_masking")"
 grep -q "momentum factor masking on" "$work/lm_masking" || fail "--masking ignored: $(head -5 "$work/lm_masking")"
 grep -q "^result: test perplexity [0-9.]* after 2 epochs" "$work/lm" || fail "$(cat "$work/lm")"
+
+# dgc lm-words on the checkpoints after epochs 1 and 2: it evaluates as the run did (the same
+# test perplexity as the run's result) and splits the loss by word frequency.
+ckpts=($(ls "$work"/lmck.step*.rank1 | sort -V))
+[ "${#ckpts[@]}" -eq 2 ] || fail "expected the checkpoints of 2 epochs: ${ckpts[*]}"
+"$dgc" lm-words "${ckpts[@]}" --label one --label two --cache-dir "$work/cache" >"$work/words" ||
+  fail "lm-words failed: $(cat "$work/words")"
+final=$(sed -n 's/^result: test perplexity \([0-9.]*\) after.*/\1/p' "$work/lm")
+grep -q "^test perplexity ([0-9]* tokens, 2 workers' layout): one [0-9.]*; two $final;" "$work/words" ||
+  fail "lm-words does not reproduce the run's test perplexity $final: $(cat "$work/words")"
+for band in "<eos>" "words 1-10" "words 101-498" "<unk>"; do
+  grep -q "^| $band |" "$work/words" || fail "lm-words has no row for $band: $(cat "$work/words")"
+done
+grep -q "two - one: loss per token | share of the gap" "$work/words" || fail "$(cat "$work/words")"
+if "$dgc" lm-words "${ckpts[0]}" --label a --label b --cache-dir "$work/cache" >"$work/bad" 2>&1; then
+  fail "lm-words accepted two labels for one checkpoint"
+fi
+grep -q "give one per checkpoint" "$work/bad" || fail "$(cat "$work/bad")"
+image_ckpt=$(ls "$work"/ckpt.step*.rank0 | head -n 1)
+if "$dgc" lm-words "$image_ckpt" --cache-dir "$work/cache" >"$work/bad" 2>&1; then
+  fail "lm-words accepted an image checkpoint"
+fi
+grep -q "is not of an lm run" "$work/bad" || fail "$(cat "$work/bad")"
 
 # Flags of one task are refused on the other.
 if "$dgc" train "${lm[@]}" --cache-dir "$work/cache" --model cnn >"$work/bad" 2>&1; then fail "--model accepted with lm"; fi

@@ -14,6 +14,7 @@
 
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/models.h"
 #include "dgc/train/optimizer.h"
 #include "dgc/train/tasks/lm.h"
@@ -211,6 +212,73 @@ TEST_F(KjvTask, RejectsTooLittleDataAndOtherModels) {
   EXPECT_EQ(verses, 10);
   EXPECT_EQ(std::count(head.begin(), head.end(), kjv::kEos), 10);
   EXPECT_TRUE(std::equal(head.begin(), head.end(), all.begin()));
+}
+
+// The per-word analysis (dgc lm-words): a model loaded from a run's checkpoint and evaluated
+// token by token in the run's layout gives the run's own test perplexity; the frequency bands
+// cover every id once; a checkpoint of another size is refused.
+TEST_F(KjvTask, TokenLossesFromACheckpointReproduceTheRunsPerplexity) {
+  LmOptions lm;
+  lm.vocabulary = 300;
+  lm.embedding = 16;
+  lm.hidden = 16;
+  lm.bptt = 8;
+  lm.dropout = 0.3;
+  const LmTask task(*verses_, lm);
+  TrainOptions options;
+  options.model = "lstm";
+  options.epochs = 1;
+  options.batch_size = 3;
+  options.threads = 1;
+  options.train_examples = 120;
+  options.test_examples = 40;
+  options.optimizer.density.density = 0.01;
+  options.optimizer.lr.lr = 2.0;
+  options.optimizer.clip_norm = 0.25;
+  const std::string prefix = (*dir_ / "words").string();
+  options.checkpoint = prefix;
+  double run_perplexity = 0.0;
+  int64_t steps = 0;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, task);
+    const auto summary = trainer.run();
+    if (comm.rank() == 0) {
+      run_perplexity = metric_value(summary.evaluation, "test_perplexity");
+      steps = trainer.optimizer().iteration();
+    }
+  });
+  LstmLanguageModel model(300, 16, 16, 0.0, 99);  // other initial weights, no dropout
+  load_model_parameters(CheckpointFile::read(checkpoint_path(prefix, steps, 1)), model);
+  const auto losses = token_losses(task, model, kjv::Part::kTest, 40, 2, 3);
+  const auto stream = task.stream(kjv::Part::kTest, 40);
+  const int64_t rows = static_cast<int64_t>(stream.size()) / 2 / 3;
+  ASSERT_EQ(losses.nll.size(), static_cast<size_t>(2 * 3 * (rows - 1)))
+      << "every row of each rank's columns but the first is a target once";
+  ASSERT_EQ(losses.targets.size(), losses.nll.size());
+  const double mean = std::accumulate(losses.nll.begin(), losses.nll.end(), 0.0) /
+                      static_cast<double>(losses.nll.size());
+  EXPECT_NEAR(std::exp(mean), run_perplexity, 1e-4 * run_perplexity);
+  EXPECT_TRUE(model.is_training()) << "the model's mode is restored";
+
+  const auto bands = frequency_bands(300);
+  ASSERT_EQ(bands.size(), 5u);  // <eos>, 1-10, 11-100, 101-298, <unk>
+  EXPECT_EQ(bands[3].name, "words 101-298");
+  std::vector<int> covered(300, 0);
+  for (const auto& band : bands) {
+    for (int32_t id = band.first_id; id <= band.last_id; ++id) ++covered[static_cast<size_t>(id)];
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), 300) << "every id in one band";
+  EXPECT_EQ(frequency_bands(3).size(), 3u);  // <eos>, words 1-1, <unk>
+
+  LstmLanguageModel other(300, 16, 24, 0.0, 1);
+  try {
+    load_model_parameters(CheckpointFile::read(checkpoint_path(prefix, steps, 0)), other);
+    ADD_FAILURE() << "a checkpoint of hidden size 16 loaded into one of 24";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("another vocabulary, embedding or hidden size"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
