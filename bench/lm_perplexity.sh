@@ -24,7 +24,8 @@
 # benchmark goes on where it stopped; the dense run, which the DGC flags do not change, can be
 # copied in from an earlier OUT). Training is deterministic for a given seed and build.
 # --checkpoints makes every run checkpoint after each epoch (OUT/NAME.ckpt.step<S>.rank<r>, the
-# newest kept), so that its final model is there to analyse.
+# newest kept), so that its final model is there to analyse (`dgc lm-words`: the loss by word
+# frequency).
 # Defaults: --out runs/lm_perplexity, --epochs 30, --seed 1, --train-examples 0 (all 28,002
 # training verses: 526 steps per epoch, 15,780 in all), --dgc build/bin/dgc. The two runs go at
 # once; on an otherwise idle 2-core machine they took 1h07m (dense) and 56m55s (DGC).
