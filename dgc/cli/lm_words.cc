@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 
 #include "dgc/cli/commands.h"
 #include "dgc/core/error.h"
+#include "dgc/core/key_value.h"
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/tasks/lm.h"
 
@@ -32,13 +32,7 @@ struct LmWordsCommand {
 
 // What a checkpoint says about its run: KEY=VALUE lines of "optimizer/settings".
 std::map<std::string, std::string> settings_of(const train::CheckpointFile& file) {
-  std::map<std::string, std::string> out;
-  std::istringstream lines(file.text("optimizer/settings"));
-  for (std::string line; std::getline(lines, line);) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return out;
+  return parse_key_value_lines(file.text("optimizer/settings"));
 }
 
 int64_t setting(const std::map<std::string, std::string>& settings, const std::string& key,
@@ -124,6 +118,14 @@ void run(const LmWordsCommand& cmd) {
   std::vector<int64_t> counts(static_cast<size_t>(task->vocabulary().size()), 0);
   for (const int32_t id : task->stream(train::kjv::Part::kTrain, 0)) ++counts[static_cast<size_t>(id)];
 
+  // The band of every id (the bands cover each id once).
+  std::vector<size_t> band_of(static_cast<size_t>(task->vocabulary().size()));
+  for (size_t b = 0; b < bands.size(); ++b) {
+    for (int32_t id = bands[b].first_id; id <= bands[b].last_id; ++id) {
+      band_of[static_cast<size_t>(id)] = b;
+    }
+  }
+
   std::vector<Evaluated> runs;
   for (size_t i = 0; i < files.size(); ++i) {
     train::LstmLanguageModel model(lm.vocabulary, lm.embedding, lm.hidden, 0.0, 0);
@@ -134,13 +136,9 @@ void run(const LmWordsCommand& cmd) {
     e.nll.assign(bands.size(), 0.0);
     e.tokens.assign(bands.size(), 0);
     for (size_t t = 0; t < losses.targets.size(); ++t) {
-      for (size_t b = 0; b < bands.size(); ++b) {
-        if (losses.targets[t] >= bands[b].first_id && losses.targets[t] <= bands[b].last_id) {
-          e.nll[b] += losses.nll[t];
-          ++e.tokens[b];
-          break;
-        }
-      }
+      const size_t b = band_of[static_cast<size_t>(losses.targets[t])];
+      e.nll[b] += losses.nll[t];
+      ++e.tokens[b];
       e.total_nll += losses.nll[t];
       ++e.total_tokens;
     }
