@@ -187,6 +187,11 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         "--max-consecutive-skips bounds --on-nonfinite skip: add --on-nonfinite skip, or drop it");
   }
   opt.lr.decay = parse_decay(cmd.lr_decay);
+  if (opt.lr_in_velocity && opt.compression != train::Compression::kDgc) {
+    throw InvalidArgument(
+        "--lr-in-velocity changes how DGC accumulates (dense training has no velocity): use it "
+        "with --compression dgc, or drop it");
+  }
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
   opt.timeout = comm::Timeout(static_cast<int64_t>(cmd.timeout_seconds * 1000));
@@ -284,8 +289,9 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
           clip = detail::concat(", clip norm ", opt.clip_norm, " (the averaged gradient)");
         }
         std::printf(
-            "  lr %g (%s, %g warm-up epochs), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
-            cmd.lr_decay.c_str(), opt.lr.warmup_epochs, opt.compressor.momentum.momentum,
+            "  lr %g (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
+            cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
+            opt.lr_in_velocity ? ", inside the velocity" : "", opt.compressor.momentum.momentum,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         std::printf("  job %s: %s\n", info.run_id.c_str(),
                     info.authenticated
@@ -583,6 +589,11 @@ void add_train(CLI::App& app) {
                   "Linear learning-rate warm-up (Goyal et al.), epochs")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub->add_flag("--lr-in-velocity", opt.lr_in_velocity,
+                "DGC: put the learning-rate schedule inside the accumulation (each gradient enters "
+                "the momentum and velocity scaled by lr_t / lr; every update is applied at --lr), "
+                "so an element sent late moves at the rates of the steps it came from "
+                "(default: off)");
   sub->add_option("--lr-decay", cmd->lr_decay,
                   "After warm-up: cosine (to 0 at the last epoch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))

@@ -113,6 +113,8 @@ std::string describe(const OptimizerOptions& o) {
         << "compress_1d=" << o.policy.compress_1d << "\n"
         << "exchange=" << dgc::to_string(o.exchange) << "\n"
         << "dense_path=" << to_string(o.dense_path) << "\n";
+    // Only when on, so that checkpoints written before the setting existed still resume.
+    if (o.lr_in_velocity) out << "lr_in_velocity=1\n";
     if (o.dense_path == DensePath::kGrouped) {
       out << "dense_path_density=" << Num{o.dense_path_density} << "\n";
     }

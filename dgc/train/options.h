@@ -84,6 +84,14 @@ struct OptimizerOptions {
   // Base learning rate, linear warm-up alongside the density warm-up, cosine decay to 0 at
   // total_epochs (lr_at). total_epochs is set by the trainer.
   LearningRateSchedule lr{.lr = 0.1, .warmup_epochs = 1.0};
+  // DGC only: the schedule's factor lr_t / lr goes inside the accumulation. Each step's gradient
+  // (after local clipping; the weight-decay term too) enters the momentum and the velocity scaled
+  // by lr_t / lr, and the caller applies every direction at the base lr: an element sent k steps
+  // after it was accumulated moves by the learning rates of the steps it came from, not by the
+  // (lower, or during warm-up higher) rate of the step that sends it. With a constant rate it
+  // changes nothing. The libtorch optimizer applies it; the DDP hook (python/) does not offer it
+  // (there the user's torch optimizer applies the rate).
+  bool lr_in_velocity = false;
 
   // L2 weight decay wd. Applied locally after the exchange (it need not travel): for compressed
   // tensors through its own momentum buffer, for dense tensors added to the averaged gradient

@@ -50,6 +50,10 @@ DistributedStep::DistributedStep(
   DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
   DGC_CHECK_GE(options_.compressor.momentum.momentum, 0.0, "momentum");
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
+  DGC_CHECK(!options_.lr_in_velocity ||
+                (options_.compression == Compression::kDgc && options_.lr.lr > 0),
+            "the learning rate inside the velocity (--lr-in-velocity) needs DGC and a base "
+            "learning rate above 0");
   DGC_CHECK(options_.max_consecutive_skips >= 1,
             "the most steps skipped in a row (--max-consecutive-skips) must be at least 1, got ",
             options_.max_consecutive_skips);
@@ -118,6 +122,11 @@ DistributedStep::DistributedStep(
   }
 }
 
+double DistributedStep::lr_factor_at(int64_t iteration) const {
+  if (!options_.lr_in_velocity) return 1.0;
+  return lr_at(options_.lr, iteration, options_.iterations_per_epoch) / options_.lr.lr;
+}
+
 double DistributedStep::density() const {
   if (options_.compression == Compression::kNone) return 1.0;
   return density_at(options_.density, iteration_, options_.iterations_per_epoch);
@@ -170,6 +179,11 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
     if (c < 1.0) {
       for (const auto& g : grads) scale(g, static_cast<float>(c));
     }
+  }
+  // options.lr_in_velocity: the schedule's factor of this step enters with the gradient.
+  const double lr_factor = lr_factor_at(iteration_);
+  if (local_ok && lr_factor != 1.0) {
+    for (const auto& g : grads) scale(g, static_cast<float>(lr_factor));
   }
   for (size_t j = 0; j < dense_.size(); ++j) {
     const auto g = grads[dense_[j]];
@@ -265,7 +279,7 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   // 5. The directions.
   const auto m = static_cast<float>(options_.compressor.momentum.momentum);
   const bool nesterov = options_.compressor.momentum.nesterov;
-  const auto wd = static_cast<float>(options_.weight_decay);
+  const auto wd = static_cast<float>(options_.weight_decay * lr_factor);
   if (!grouped_) {
     for (size_t j = 0; j < dense_.size(); ++j) {
       const float* w = weights[dense_[j]].data();

@@ -5,7 +5,8 @@
 //
 // run(), on every rank:
 //   1. checks that the local gradient is finite (sum of squares), before any state is touched;
-//   2. DGC: clips locally (local_clip_limit, in place in `grads`); dense-path tensors are copied
+//   2. DGC: clips locally (local_clip_limit, in place in `grads`), then with
+//      options.lr_in_velocity scales them by lr_t / lr (lr_factor_at); dense-path tensors are copied
 //      into one flat buffer; then the Compressor's step per compressed tensor (momentum
 //      correction, selection at the scheduled density, masking), staged: written into the
 //      compressor's second u and v buffers (Compressor::stage), the committed state untouched.
@@ -97,6 +98,10 @@ class DistributedStep {
 
   int64_t iteration() const { return iteration_; }
   void set_iteration(int64_t iteration) { iteration_ = iteration; }
+  // The factor run() at `iteration` scales the gradient (and the weight-decay term) by before they
+  // enter the momentum: lr_t / lr with options.lr_in_velocity, else 1. The caller applies the
+  // directions at lr_t / lr_factor_at(iteration), i.e. at the base lr when it is on.
+  double lr_factor_at(int64_t iteration) const;
   // Density the next run() uses, and the iterations that are density warm-up.
   double density() const;
   int64_t warmup_iterations() const;

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for flag in --density --warmup-epochs --warmup-stages --momentum --nesterov --weight-decay \
   --clip-norm --lr --lr-warmup-epochs --batch-size --workers --backend --compression --epochs \
   --seed --checkpoint --checkpoint-every --checkpoint-keep --resume --resume-step --metrics \
-  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips; do
+  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips --lr-in-velocity; do
   grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
 done
 
@@ -142,6 +142,12 @@ if "$dgc" train "${small[@]}" --on-nonfinite skip --max-consecutive-skips 0 >"$w
   fail "--max-consecutive-skips 0 accepted"
 fi
 grep -q -- "--max-consecutive-skips" "$work/bad" || fail "$(cat "$work/bad")"
+
+# The learning rate inside the velocity is DGC's: refused on a dense run.
+if "$dgc" train "${small[@]}" --compression none --lr-in-velocity >"$work/bad" 2>&1; then
+  fail "--lr-in-velocity with --compression none accepted"
+fi
+grep -q -- "--lr-in-velocity changes how DGC accumulates" "$work/bad" || fail "$(cat "$work/bad")"
 
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"

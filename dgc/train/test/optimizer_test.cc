@@ -8,6 +8,8 @@
 #include <mutex>
 #include <numeric>
 #include <ostream>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -189,13 +191,20 @@ OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
   return options;
 }
 
-class DgcOptimizer : public ::testing::TestWithParam<bool> {};
+// (Nesterov, the learning rate inside the velocity). The schedule has a warm-up and a cosine
+// decay, so that lr_in_velocity changes every step's scale.
+class DgcOptimizer : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
-  const bool nesterov = GetParam();
+  const auto [nesterov, lr_in_velocity] = GetParam();
   constexpr int kWorld = 3;
   constexpr int kSteps = 5;
-  const float m = 0.9f, lr = 0.1f, wd = 0.01f;
+  const float m = 0.9f, wd = 0.01f;
+  OptimizerOptions options = dgc_options(nesterov, SelectionMethod::kExact);
+  options.lr.warmup_epochs = 1;  // 2 iterations
+  options.lr.decay = LearningRateSchedule::Decay::kCosine;
+  options.lr.total_epochs = 3;
+  options.lr_in_velocity = lr_in_velocity;
   std::vector<float> w0(kWeights), b0(kRows);
   for (int64_t i = 0; i < kWeights; ++i) w0[i] = 0.01f * static_cast<float>((i * 13) % 17 - 8);
   for (int64_t i = 0; i < kRows; ++i) b0[i] = 0.1f * static_cast<float>(i - 4);
@@ -207,10 +216,17 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
   for (int s = 0; s < kSteps; ++s) {
     const double density = s < 2 ? 0.25 : 0.05;
     const auto k = static_cast<size_t>(std::ceil(density * kWeights));
+    // lr_in_velocity: every gradient and the decay term enter scaled by lr_s / lr, and the
+    // update is applied at lr; otherwise they enter as they are and the update is applied at lr_s.
+    const auto lr_s = static_cast<float>(lr_at(options.lr, s, options.iterations_per_epoch));
+    const auto base = static_cast<float>(options.lr.lr);
+    const float scale = lr_in_velocity ? lr_s / base : 1.0f;
+    const float lr = lr_in_velocity ? base : lr_s;
     std::vector<float> update(kWeights, 0.0f);
     std::vector<float> bias_sum(kRows, 0.0f);
     for (int r = 0; r < kWorld; ++r) {
-      const auto g = gradient(r, s, kWeights, 0.0);
+      auto g = gradient(r, s, kWeights, 0.0);
+      for (auto& x : g) x *= scale;
       for (int64_t i = 0; i < kWeights; ++i) {
         if (nesterov) {
           u[r][i] = m * (u[r][i] + g[i]);
@@ -231,16 +247,16 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
         u[r][i] = 0.0f;
       }
       const auto gb = gradient(r, s, kRows, 0.5);
-      for (int64_t i = 0; i < kRows; ++i) bias_sum[i] += gb[i];
+      for (int64_t i = 0; i < kRows; ++i) bias_sum[i] += scale * gb[i];
     }
     for (int64_t i = 0; i < kWeights; ++i) {
-      const float decay = wd * w[i];
+      const float decay = scale * wd * w[i];
       decay_momentum[i] = m * decay_momentum[i] + decay;
       const float d = nesterov ? decay + m * decay_momentum[i] : decay_momentum[i];
       w[i] -= lr * (d + update[i]);
     }
     for (int64_t i = 0; i < kRows; ++i) {
-      const float g = bias_sum[i] / kWorld + wd * bias[i];
+      const float g = bias_sum[i] / kWorld + scale * wd * bias[i];
       bias_momentum[i] = m * bias_momentum[i] + g;
       bias[i] -= lr * (nesterov ? g + m * bias_momentum[i] : bias_momentum[i]);
     }
@@ -256,7 +272,7 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
       model.weight.copy_(torch::tensor(w0).reshape({kRows, kCols}));
       model.bias.copy_(torch::tensor(b0));
     }
-    DistributedOptimizer optimizer(comm, model, dgc_options(nesterov, SelectionMethod::kExact));
+    DistributedOptimizer optimizer(comm, model, options);
     ASSERT_EQ(optimizer.layout()[0].path, TensorPath::kCompressed);
     ASSERT_EQ(optimizer.layout()[1].path, TensorPath::kDense);
     for (int s = 0; s < kSteps; ++s) {
@@ -284,8 +300,27 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Momentum, DgcOptimizer, ::testing::Values(false, true),
-                         [](const auto& p) { return p.param ? "Nesterov" : "Plain"; });
+INSTANTIATE_TEST_SUITE_P(Momentum, DgcOptimizer,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param) ? "Nesterov" : "Plain") +
+                                  (std::get<1>(p.param) ? "LrInVelocity" : "LrOutside");
+                         });
+
+// lr_in_velocity is refused without DGC (dense training has no velocity) and with lr 0.
+TEST(DgcOptimizer, LrInVelocityNeedsDgcAndABaseRate) {
+  comm::run_local(1, gloo_options(), [&](comm::Communicator& comm) {
+    Tiny model;
+    OptimizerOptions dense;
+    dense.compression = Compression::kNone;
+    dense.lr_in_velocity = true;
+    EXPECT_THROW((DistributedOptimizer{comm, model, dense}), InvalidArgument);
+    OptimizerOptions zero = dgc_options(false, SelectionMethod::kExact);
+    zero.lr_in_velocity = true;
+    zero.lr.lr = 0.0;
+    EXPECT_THROW((DistributedOptimizer{comm, model, zero}), InvalidArgument);
+  });
+}
 
 // Nothing is lost through the optimizer, whatever the exchange algorithm: with momentum 0 and no
 // weight decay, every rank's velocity accumulates its gradient, and the weights move by lr times
