@@ -99,11 +99,7 @@ bool DistributedOptimizer::step() {
 
   // The update, at the learning rate of the step just taken.
   torch::NoGradGuard no_grad;
-  // With lr_in_velocity the schedule is already inside the directions: apply them at the base lr.
-  const auto lr = static_cast<float>(
-      options().lr_in_velocity
-          ? options().lr.lr
-          : lr_at(options().lr, step_.iteration() - 1, options().iterations_per_epoch));
+  const auto lr = static_cast<float>(step_.update_lr_at(step_.iteration() - 1));
   for (size_t i = 0; i < params_.size(); ++i) {
     float* w = params_[i].tensor.data_ptr<float>();
     const float* d = directions_[i].data();

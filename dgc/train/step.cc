@@ -127,6 +127,11 @@ double DistributedStep::lr_factor_at(int64_t iteration) const {
   return lr_at(options_.lr, iteration, options_.iterations_per_epoch) / options_.lr.lr;
 }
 
+double DistributedStep::update_lr_at(int64_t iteration) const {
+  if (options_.lr_in_velocity) return options_.lr.lr;
+  return lr_at(options_.lr, iteration, options_.iterations_per_epoch);
+}
+
 double DistributedStep::density() const {
   if (options_.compression == Compression::kNone) return 1.0;
   return density_at(options_.density, iteration_, options_.iterations_per_epoch);
@@ -172,18 +177,17 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   for (const auto& g : grads) total_squared += squared_norm(g);
   bool local_ok = std::isfinite(total_squared);
 
-  // 2. Local clipping (DGC), the dense buffer, compression.
+  // 2. Local clipping (DGC) and, with options.lr_in_velocity, the schedule's factor of this step,
+  // in one pass; the dense buffer, compression.
+  const double lr_factor = lr_factor_at(iteration_);
+  double factor = lr_factor;
   if (local_ok && dgc && options_.clip_norm > 0) {
     const double c = clip_coefficient(
         total_squared, local_clip_limit(options_.clip_norm, world, options_.clip_scaling));
-    if (c < 1.0) {
-      for (const auto& g : grads) scale(g, static_cast<float>(c));
-    }
+    if (c < 1.0) factor *= c;
   }
-  // options.lr_in_velocity: the schedule's factor of this step enters with the gradient.
-  const double lr_factor = lr_factor_at(iteration_);
-  if (local_ok && lr_factor != 1.0) {
-    for (const auto& g : grads) scale(g, static_cast<float>(lr_factor));
+  if (local_ok && factor != 1.0) {
+    for (const auto& g : grads) scale(g, static_cast<float>(factor));
   }
   for (size_t j = 0; j < dense_.size(); ++j) {
     const auto g = grads[dense_[j]];

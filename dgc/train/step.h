@@ -98,10 +98,10 @@ class DistributedStep {
 
   int64_t iteration() const { return iteration_; }
   void set_iteration(int64_t iteration) { iteration_ = iteration; }
-  // The factor run() at `iteration` scales the gradient (and the weight-decay term) by before they
-  // enter the momentum: lr_t / lr with options.lr_in_velocity, else 1. The caller applies the
-  // directions at lr_t / lr_factor_at(iteration), i.e. at the base lr when it is on.
-  double lr_factor_at(int64_t iteration) const;
+  // The learning rate the caller applies the directions of step `iteration` at: lr_t of the
+  // schedule, or with options.lr_in_velocity the base lr (the schedule is then inside the
+  // directions, lr_factor_at).
+  double update_lr_at(int64_t iteration) const;
   // Density the next run() uses, and the iterations that are density warm-up.
   double density() const;
   int64_t warmup_iterations() const;
@@ -149,6 +149,9 @@ class DistributedStep {
   void set_rng_state(const std::string& text);
 
  private:
+  // The factor run() at `iteration` scales the gradient (and the weight-decay term) by before they
+  // enter the momentum: lr_t / lr with options.lr_in_velocity, else 1.
+  double lr_factor_at(int64_t iteration) const;
   size_t group() const { return compressed_.size(); }  // the dense-path group's compressor index
 
   comm::Communicator& comm_;
