@@ -12,12 +12,15 @@
 #
 # Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
 #                               [--warmup-epochs E] [--dgc BINARY] [--mean-clip] [--masking]
-#                               [--skip-existing] [--checkpoints]
+#                               [--per-tensor] [--skip-existing] [--checkpoints]
 #                               [-- extra `dgc train` flags for all runs]
-# DGC runs the lm task's defaults: momentum factor masking off (dgc/train/tasks/lm.h says why).
+# DGC runs the lm task's defaults: momentum factor masking off and one threshold over the whole
+# model (--selection-scope global; dgc/train/tasks/lm.h says why).
 # --mean-clip adds a run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
 # clip-norm / sqrt(4), sqrt(4) to 4 times tighter than the dense baseline's clip).
 # --masking adds a run: DGC with momentum factor masking (--masking, the paper's setting).
+# --per-tensor adds a run: DGC selecting per tensor (--selection-scope tensor, the paper's
+# Algorithm 1; its small tensors on the grouped dense path).
 # --warmup-epochs E: DGC's density warm-up (default 1, the benchmark; 4 stages); the
 # ratio after warm-up counts the epochs after it.
 # --skip-existing keeps a run whose OUT/NAME.jsonl already holds all N epochs (an interrupted
@@ -45,6 +48,7 @@ lr=5
 clip=0.25
 mean_clip=0
 masking=0
+per_tensor=0
 skip_existing=0
 checkpoints=0
 dgc=build/bin/dgc
@@ -59,6 +63,7 @@ while (($#)); do
     --dgc) dgc=$2; shift 2 ;;
     --mean-clip) mean_clip=1; shift ;;
     --masking) masking=1; shift ;;
+    --per-tensor) per_tensor=1; shift ;;
     --skip-existing) skip_existing=1; shift ;;
     --checkpoints) checkpoints=1; shift ;;
     --) shift; extra=("$@"); break ;;
@@ -108,6 +113,9 @@ if [ "$mean_clip" = 1 ]; then
 fi
 if [ "$masking" = 1 ]; then
   start dgc_masking "${dgc_flags[@]}" --clip-norm "$clip" --masking
+fi
+if [ "$per_tensor" = 1 ]; then
+  start dgc_tensor "${dgc_flags[@]}" --clip-norm "$clip" --selection-scope tensor
 fi
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
@@ -167,6 +175,11 @@ if [ "$masking" = 1 ]; then
     "| epoch | dense test ppl | DGC test ppl (no masking, the default) | DGC test ppl (--masking) | its ratio |" \
     "--masking"
 fi
+if [ "$per_tensor" = 1 ]; then
+  variant_table dgc_tensor \
+    "| epoch | dense test ppl | DGC test ppl (global selection, the default) | DGC test ppl (--selection-scope tensor) | its ratio |" \
+    "--selection-scope tensor"
+fi
 
 if command -v gnuplot >/dev/null; then
   plot_runs=("$out/dense.jsonl" "$out/dgc.jsonl")
@@ -174,6 +187,10 @@ if command -v gnuplot >/dev/null; then
   if [ "$masking" = 1 ]; then
     plot_runs+=("$out/dgc_masking.jsonl")
     labels+=(--label "DGC, masking")
+  fi
+  if [ "$per_tensor" = 1 ]; then
+    plot_runs+=("$out/dgc_tensor.jsonl")
+    labels+=(--label "DGC, per tensor")
   fi
   "$dgc" plot "${plot_runs[@]}" "${labels[@]}" --out "$out/plots" \
     --name lm --metric test_perplexity --title "lm, 4 workers" >/dev/null &&

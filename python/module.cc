@@ -52,7 +52,8 @@ OptimizerOptions make_options(const std::string& compression, double density, do
                               const std::string& value_type, int64_t min_compress_numel,
                               bool compress_1d, const std::string& exchange, uint64_t seed,
                               double timeout_seconds, const std::string& dense_path,
-                              double dense_path_density, const std::string& clip_scaling,
+                              double dense_path_density, const std::string& selection_scope,
+                              const std::string& clip_scaling,
                               const std::string& on_nonfinite, int64_t max_consecutive_skips) {
   DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
             iterations_per_epoch, " (pass the length of the training data loader)");
@@ -82,6 +83,7 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   o.clip_scaling = parse_clip_scaling(clip_scaling);
   o.dense_path = train::parse_dense_path(dense_path);
   o.dense_path_density = dense_path_density;
+  o.selection_scope = train::parse_selection_scope(selection_scope);
   o.on_nonfinite = train::parse_nonfinite_policy(on_nonfinite);
   DGC_CHECK(max_consecutive_skips >= 1, "max_consecutive_skips must be at least 1, got ",
             max_consecutive_skips);
@@ -281,8 +283,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("min_compress_numel") = 1024, py::arg("compress_1d") = false,
            py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0,
            py::arg("dense_path") = "grouped", py::arg("dense_path_density") = 0.1,
-           py::arg("clip_scaling") = "paper", py::arg("on_nonfinite") = "stop",
-           py::arg("max_consecutive_skips") = 10)
+           py::arg("selection_scope") = "tensor", py::arg("clip_scaling") = "paper",
+           py::arg("on_nonfinite") = "stop", py::arg("max_consecutive_skips") = 10)
       .def("describe", [](const dgc::train::OptimizerOptions& o) { return describe(o); })
       .def("__repr__", [](const dgc::train::OptimizerOptions& o) {
         return "dgc.Options(\n" + describe(o) + ")";

@@ -59,6 +59,7 @@ struct TrainCommand {
   std::string clip_scaling = "paper";
   std::string exchange = "allgather";
   std::string dense_path = train::to_string(train::OptimizerOptions{}.dense_path);
+  std::string selection_scope = train::to_string(train::OptimizerOptions{}.selection_scope);
   std::string on_nonfinite = train::to_string(train::OptimizerOptions{}.on_nonfinite);
   std::string lr_decay = "cosine";
   std::string metrics;
@@ -180,6 +181,30 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.clip_scaling = parse_clip_scaling(cmd.clip_scaling);
   opt.exchange = parse_exchange_algorithm(cmd.exchange);
   opt.dense_path = train::parse_dense_path(cmd.dense_path);
+  // lm selects globally unless told otherwise (LmTrainDefaults); a dense run has no selection.
+  const bool scope_given = sub.count("--selection-scope") > 0;
+  opt.selection_scope = train::parse_selection_scope(cmd.selection_scope);
+  if (!scope_given && cmd.task == "lm" && opt.compression == train::Compression::kDgc) {
+    opt.selection_scope = train::LmTrainDefaults::kSelectionScope;
+  }
+  if (opt.selection_scope == train::SelectionScope::kGlobal) {
+    if (opt.compression != train::Compression::kDgc) {
+      throw InvalidArgument(
+          "--selection-scope global is how DGC selects (dense training sends everything): use it "
+          "with --compression dgc, or drop it");
+    }
+    for (const char* flag :
+         {"--dense-path", "--dense-path-density", "--min-compress-numel", "--compress-1d"}) {
+      if (sub.count(flag) > 0) {
+        throw InvalidArgument(detail::concat(
+            flag, " chooses how the tensors left out of compression travel, and with "
+                  "--selection-scope global",
+            scope_given ? "" : " (the lm default)",
+            " none is: every tensor is selected at --density; drop ", flag,
+            " or add --selection-scope tensor"));
+      }
+    }
+  }
   opt.on_nonfinite = train::parse_nonfinite_policy(cmd.on_nonfinite);
   if (sub.count("--max-consecutive-skips") > 0 &&
       opt.on_nonfinite != train::NonFinitePolicy::kSkip) {
@@ -268,7 +293,13 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
               opt.density.density, opt.density.warmup_epochs,
               static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage),
               opt.compressor.momentum.masking ? "on" : "off");
-          if (info.dense_tensors > 0) {
+          if (opt.selection_scope == train::SelectionScope::kGlobal) {
+            std::printf(
+                "  selection global: one threshold over all %lld elements of the %lld tensors, "
+                "the top d of the whole model\n",
+                static_cast<long long>(info.parameters),
+                static_cast<long long>(info.dense_tensors));
+          } else if (info.dense_tensors > 0) {
             std::printf("  dense path %s", cmd.dense_path.c_str());
             if (opt.dense_path == train::DensePath::kGrouped) {
               std::printf(": %lld elements in %lld tensors compressed as one at density %g",
@@ -542,6 +573,13 @@ void add_train(CLI::App& app) {
                   "fp16 or bf16 (16-bit average with error feedback), or exact (fp32 average)")
       ->check(CLI::IsMember({"exact", "grouped", "fp16", "bf16"}))
       ->capture_default_str();
+  sub->add_option("--selection-scope", cmd->selection_scope,
+                  std::string("Over what DGC takes its top d: tensor (each tensor its own "
+                              "threshold, the paper's) or global (one threshold over every "
+                              "tensor of the model at once; no dense path) (default: ") +
+                      cmd->selection_scope + "; lm: " +
+                      train::to_string(train::LmTrainDefaults::kSelectionScope) + ")")
+      ->check(CLI::IsMember({"tensor", "global"}));
   sub->add_option("--dense-path-density", opt.dense_path_density,
                   "Density of the dense-path group after warm-up (--dense-path grouped)")
       ->check(CLI::Range(1e-9, 1.0))

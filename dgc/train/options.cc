@@ -68,6 +68,16 @@ std::string to_string(DensePath dense_path) {
   return "exact";
 }
 
+SelectionScope parse_selection_scope(const std::string& name) {
+  if (name == "tensor") return SelectionScope::kTensor;
+  if (name == "global") return SelectionScope::kGlobal;
+  throw InvalidArgument("unknown selection scope '" + name + "': expected tensor or global");
+}
+
+std::string to_string(SelectionScope scope) {
+  return scope == SelectionScope::kGlobal ? "global" : "tensor";
+}
+
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
   if (name == "stop") return NonFinitePolicy::kStop;
   if (name == "skip") return NonFinitePolicy::kSkip;
@@ -113,9 +123,10 @@ std::string describe(const OptimizerOptions& o) {
         << "compress_1d=" << o.policy.compress_1d << "\n"
         << "exchange=" << dgc::to_string(o.exchange) << "\n"
         << "dense_path=" << to_string(o.dense_path) << "\n";
-    // Only when on, so that checkpoints written before the setting existed still resume.
+    // Only when on, so that checkpoints written before these settings existed still resume.
     if (o.lr_in_velocity) out << "lr_in_velocity=1\n";
-    if (o.dense_path == DensePath::kGrouped) {
+    if (o.selection_scope == SelectionScope::kGlobal) out << "selection_scope=global\n";
+    if (o.dense_path == DensePath::kGrouped && o.selection_scope == SelectionScope::kTensor) {
       out << "dense_path_density=" << Num{o.dense_path_density} << "\n";
     }
   }

@@ -40,6 +40,20 @@ enum class DensePath : uint8_t { kExact, kGrouped, kFloat16, kBFloat16 };
 DensePath parse_dense_path(const std::string& name);
 std::string to_string(DensePath dense_path);
 
+// Over what DGC selects its top d (DGC.md step 3).
+//   kTensor: each compressed tensor its own threshold, about d of its elements (the paper's
+//            Algorithm 1, layer by layer); the dense path travels as `dense_path` says.
+//   kGlobal: one threshold over the whole model: every tensor, the policy's dense-path ones
+//            included, concatenated in layout order, is one compressed tensor stepped at
+//            `density` (momentum correction, sampled selection, masking, warm-up as DGC.md), so
+//            that the top d of all |v| travels, wherever it is. It is the grouped dense path
+//            holding every tensor: it needs `dense_path` kGrouped, `dense_path_density` and the
+//            policy are not used, and its bytes count as message_bytes_dense_path.
+enum class SelectionScope : uint8_t { kTensor, kGlobal };
+// "tensor" | "global"; anything else throws dgc::InvalidArgument.
+SelectionScope parse_selection_scope(const std::string& name);
+std::string to_string(SelectionScope scope);
+
 // What every rank does when any rank's gradient is not finite (NaN or infinity) at a step; the
 // decision is collective (each rank's flag travels in its exchange message), and either way
 // nothing of the step is applied: weights, momenta, velocities, the rounding residual and the
@@ -77,6 +91,9 @@ struct OptimizerOptions {
   // Density of the dense-path group after warm-up (kGrouped only); the warm-up raises it as
   // max(dense_path_density, 0.25^(stage+1)) on the schedule of `density`.
   double dense_path_density = 0.1;
+
+  // Per tensor (the paper's) or over the whole model at once (see SelectionScope).
+  SelectionScope selection_scope = SelectionScope::kTensor;
 
   // Density d after warm-up and the exponential warm-up (density_at). Paper: d = 0.001.
   DensitySchedule density{.density = 0.001, .warmup_epochs = 1.0, .iterations_per_stage = 0};

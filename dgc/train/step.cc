@@ -59,9 +59,14 @@ DistributedStep::DistributedStep(
             options_.max_consecutive_skips);
 
   const bool dgc = options_.compression == Compression::kDgc;
+  global_ = dgc && options_.selection_scope == SelectionScope::kGlobal;
+  DGC_CHECK(!global_ || options_.dense_path == DensePath::kGrouped,
+            "global selection (--selection-scope global) steps every tensor as the grouped dense "
+            "path and needs --dense-path grouped, got --dense-path ",
+            to_string(options_.dense_path));
   layout_ = make_layout(named_shapes, options_.policy);
   for (size_t t = 0; t < layout_.size(); ++t) {
-    if (!dgc) layout_[t].path = TensorPath::kDense;
+    if (!dgc || global_) layout_[t].path = TensorPath::kDense;
     (layout_[t].path == TensorPath::kCompressed ? compressed_ : dense_).push_back(t);
   }
   grouped_ = dgc && options_.dense_path == DensePath::kGrouped && !dense_.empty();
@@ -139,6 +144,7 @@ double DistributedStep::density() const {
 
 double DistributedStep::dense_path_density() const {
   if (!grouped_) return 1.0;
+  if (global_) return density();
   DensitySchedule schedule = options_.density;
   schedule.density = options_.dense_path_density;
   return density_at(schedule, iteration_, options_.iterations_per_epoch);

@@ -161,6 +161,7 @@ class DistributedStep {
   std::vector<size_t> compressed_;  // indices into layout_ of the compressed tensors
   std::vector<size_t> dense_;       // ... and of the dense-path tensors
   bool grouped_ = false;            // the dense path is the compressor's tensor group()
+  bool global_ = false;             // SelectionScope::kGlobal: every tensor is in the group
   // The dense path's wire type: fp32 (exact average, or nothing with grouped_), fp16 or bf16.
   ValueType dense_value_type_ = ValueType::kFloat32;
   std::unique_ptr<Exchange> exchange_;

@@ -103,6 +103,9 @@ class DGCState:
     selection, sample_ratio, value_type, min_compress_numel, compress_1d, exchange,
         dense_path ("grouped", "exact", "fp16", "bf16"), dense_path_density, seed, timeout: as
         the `dgc train` flags (docs/training.md).
+    selection_scope: "tensor" (each tensor its own threshold, the paper's) or "global" (one
+        threshold over every parameter at once, the dense path included; needs dense_path
+        "grouped"), as `dgc train --selection-scope`.
 
     on_nonfinite: when any rank's gradient holds NaN or Inf: "stop" (every rank raises
         dgc.NumericError, nothing applied) or "skip" (every rank skips the step: the hook hands
@@ -141,6 +144,7 @@ class DGCState:
         timeout=60.0,
         dense_path="grouped",
         dense_path_density=0.1,
+        selection_scope="tensor",
         clip_scaling="paper",
         on_nonfinite="stop",
         max_consecutive_skips=10,
@@ -185,6 +189,7 @@ class DGCState:
             timeout=timeout,
             dense_path=dense_path,
             dense_path_density=dense_path_density,
+            selection_scope=selection_scope,
             clip_scaling=clip_scaling,
             on_nonfinite=on_nonfinite,
             max_consecutive_skips=max_consecutive_skips,

@@ -90,15 +90,14 @@ DGC_SETTINGS = dict(
 
 
 def equivalence():
-    """The hook equals the C++ DistributedOptimizer for the same gradients (plain and Nesterov)."""
+    """The hook equals the C++ DistributedOptimizer for the same gradients (plain and Nesterov,
+    and with one threshold over the whole model)."""
     rank = dist.get_rank()
-    for nesterov in (False, True):
-        settings = dict(DGC_SETTINGS, nesterov=nesterov)
+    for nesterov, scope in ((False, "tensor"), (True, "tensor"), (False, "global")):
+        settings = dict(DGC_SETTINGS, nesterov=nesterov, selection_scope=scope)
         model, optimizer, state = hook_model(settings)
-        check(
-            [path for _, path in state.layout] == ["compressed", "dense", "compressed", "dense"],
-            f"layout {state.layout}",
-        )
+        layout = ["compressed", "dense", "compressed", "dense"] if scope == "tensor" else ["dense"] * 4
+        check([path for _, path in state.layout] == layout, f"{scope}: layout {state.layout}")
         start = weights(model)
         train(model, optimizer, range(STEPS))
         names = [n for n, _ in model.module.named_parameters()]
@@ -112,10 +111,10 @@ def equivalence():
         # The C++ update is w -= lr * d; SGD's add_(d, alpha=-lr) may fuse it (one rounding):
         # the two differ by at most a few ulp of w per step.
         check(moved > 1e-2, f"the weights did not move ({moved})")
-        check(difference < 1e-5, f"nesterov={nesterov}: hook vs C++ optimizer differ by {difference}")
+        check(difference < 1e-5, f"nesterov={nesterov} {scope}: hook vs C++ optimizer differ by {difference}")
         check(state.iteration == STEPS, f"iteration {state.iteration}")
         check(0 < state.last_bytes["message"] < state.last_bytes["dense_gradient"] / 10, f"bytes {state.last_bytes}")
-        print(f"rank {rank}: equivalence nesterov={nesterov}: max |hook - C++| = {difference:.3g}, moved {moved:.3g}")
+        print(f"rank {rank}: equivalence nesterov={nesterov} {scope}: max |hook - C++| = {difference:.3g}, moved {moved:.3g}")
 
 
 def dense():

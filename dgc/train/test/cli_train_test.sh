@@ -15,7 +15,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for flag in --density --warmup-epochs --warmup-stages --momentum --nesterov --weight-decay \
   --clip-norm --lr --lr-warmup-epochs --batch-size --workers --backend --compression --epochs \
   --seed --checkpoint --checkpoint-every --checkpoint-keep --resume --resume-step --metrics \
-  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips --lr-in-velocity; do
+  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips --lr-in-velocity \
+  --selection-scope; do
   grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
 done
 
@@ -149,6 +150,31 @@ if "$dgc" train "${small[@]}" --compression none --lr-in-velocity >"$work/bad" 2
 fi
 grep -q -- "--lr-in-velocity changes how DGC accumulates" "$work/bad" || fail "$(cat "$work/bad")"
 
+# Global selection: one threshold over every tensor, said at start-up, the whole run's bytes in
+# the group's part; refused on a dense run and beside the flags of the dense path it replaces.
+"$dgc" train "${small[@]}" --epochs 1 --selection-scope global --metrics "$work/global.jsonl" \
+  >"$work/global" 2>&1 || fail "global selection failed: $(cat "$work/global")"
+grep -q "selection global: one threshold over all 413802 elements of the 8 tensors" \
+  "$work/global" || fail "$(cat "$work/global")"
+grep -q '"message_bytes_compressed":0,' "$work/global.jsonl" || fail "$(cat "$work/global.jsonl")"
+if "$dgc" train "${small[@]}" --compression none --selection-scope global >"$work/bad" 2>&1; then
+  fail "--selection-scope global with --compression none accepted"
+fi
+grep -q -- "--selection-scope global is how DGC selects" "$work/bad" || fail "$(cat "$work/bad")"
+for flag in "--dense-path exact" "--dense-path-density 0.2" "--min-compress-numel 10" \
+  "--compress-1d"; do
+  # shellcheck disable=SC2086  # the flag and its value are two words
+  if "$dgc" train "${small[@]}" --selection-scope global $flag >"$work/bad" 2>&1; then
+    fail "--selection-scope global with $flag accepted"
+  fi
+  grep -q -- "${flag%% *} chooses how the tensors left out of compression travel" "$work/bad" ||
+    fail "$(cat "$work/bad")"
+done
+if "$dgc" train "${small[@]}" --selection-scope layer >"$work/bad" 2>&1; then
+  fail "--selection-scope layer accepted"
+fi
+grep -q -- "--selection-scope" "$work/bad" || fail "$(cat "$work/bad")"
+
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"
 
@@ -175,6 +201,22 @@ grep -q "momentum factor masking off" "$work/lm" || fail "lm masks by default: $
   fail "lm training with --masking failed: $(cat "$work/lm_masking")"
 grep -q "momentum factor masking on" "$work/lm_masking" || fail "--masking ignored: $(head -5 "$work/lm_masking")"
 grep -q "^result: test perplexity [0-9.]* after 2 epochs" "$work/lm" || fail "$(cat "$work/lm")"
+# lm selects over the whole model by default (LmTrainDefaults); --selection-scope tensor is the
+# paper's, with its dense path; the dense path's flags without it name the default.
+grep -q "selection global: one threshold over all" "$work/lm" || fail "lm selects per tensor: $(head -5 "$work/lm")"
+"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 1 --selection-scope tensor \
+  --dense-path exact --progress lines >"$work/lm_tensor" ||
+  fail "lm training with --selection-scope tensor failed: $(cat "$work/lm_tensor")"
+grep -q "dense path exact" "$work/lm_tensor" || fail "--selection-scope tensor ignored: $(head -5 "$work/lm_tensor")"
+if "$dgc" train "${lm[@]}" --cache-dir "$work/cache" --dense-path exact >"$work/bad" 2>&1; then
+  fail "lm with --dense-path and no --selection-scope accepted"
+fi
+grep -q -- "with --selection-scope global (the lm default) none is" "$work/bad" || fail "$(cat "$work/bad")"
+"$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 1 --compression none --progress lines \
+  >"$work/lm_dense" || fail "dense lm training failed: $(cat "$work/lm_dense")"
+if grep -q "selection global" "$work/lm_dense"; then
+  fail "dense lm run says it selects: $(head -5 "$work/lm_dense")"
+fi
 
 # dgc lm-words on the checkpoints after epochs 1 and 2: it evaluates as the run did (the same
 # test perplexity as the run's result) and splits the loss by word frequency.

@@ -661,6 +661,76 @@ TEST_P(GroupedSelection, EqualsDgcOnTheConcatenatedTensor) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GroupedSelection, ::testing::Values(1, 2));
 
+// Global selection is DGC on the whole model concatenated in layout order, at `density` (the
+// dense-path density and the policy play no part): one Compressor over all 5,120 elements, with
+// the optimizer's seed, ends in the same momentum and velocity, bit for bit, warm-up included;
+// every rank's weights stay equal.
+class GlobalSelection : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlobalSelection, EqualsDgcOnTheWholeModelConcatenated) {
+  const int world = GetParam();
+  constexpr int kSteps = 6;
+  comm::run_local(world, gloo_options(), [&](comm::Communicator& comm) {
+    WideNormNet model;
+    OptimizerOptions options = dense_path_options(DensePath::kGrouped);
+    options.selection_scope = SelectionScope::kGlobal;
+    options.compressor.selection.method = SelectionMethod::kSampled;
+    options.density.density = 0.01;
+    options.density.warmup_epochs = 1;  // stages of 2 steps: densities 0.25, 0.0625, then 0.01
+    options.density.iterations_per_stage = 2;
+    options.iterations_per_epoch = 4;
+    options.dense_path_density = 0.5;  // not used
+    DistributedOptimizer optimizer(comm, model, options);
+    for (const auto& spec : optimizer.layout()) EXPECT_EQ(spec.path, TensorPath::kDense);
+    Compressor reference({5120}, optimizer.compressor()->options());
+    Selection selection;
+    const auto params = model.parameters();
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<float> all;
+      for (size_t p = 0; p < params.size(); ++p) {
+        const auto g = gradient(comm.rank(), s, params[p].numel(), 0.3 * static_cast<double>(p));
+        params[p].mutable_grad() = torch::tensor(g).reshape(params[p].sizes());
+        all.insert(all.end(), g.begin(), g.end());
+      }
+      const double d = s < 2 ? 0.25 : s < 4 ? 0.0625 : 0.01;
+      EXPECT_DOUBLE_EQ(optimizer.dense_path_density(), d) << "step " << s;
+      optimizer.step();
+      reference.step(0, all, d, selection);
+      EXPECT_GE(selection.indices.size(), static_cast<size_t>(0.8 * d * 5120)) << "step " << s;
+      EXPECT_LE(selection.indices.size(), static_cast<size_t>(1.3 * d * 5120) + 1) << "step " << s;
+    }
+    const std::span<const float> v = optimizer.compressor()->velocity(0),
+                                 rv = reference.velocity(0);
+    const std::span<const float> u = optimizer.compressor()->momentum(0),
+                                 ru = reference.momentum(0);
+    EXPECT_TRUE(std::equal(v.begin(), v.end(), rv.begin(), rv.end()));
+    EXPECT_TRUE(std::equal(u.begin(), u.end(), ru.begin(), ru.end()));
+    for (const auto& p : params) {
+      auto first = p.detach().clone();
+      comm::broadcast_floats(
+          comm, std::span<float>(first.data_ptr<float>(), static_cast<size_t>(first.numel())), 0);
+      EXPECT_TRUE(torch::equal(first, p.detach())) << "rank " << comm.rank();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlobalSelection, ::testing::Values(1, 2));
+
+TEST(GlobalSelection, NeedsTheGroupedDensePath) {
+  comm::run_local(1, gloo_options(), [&](comm::Communicator& comm) {
+    WideNormNet model;
+    OptimizerOptions options = dense_path_options(DensePath::kExact);
+    options.selection_scope = SelectionScope::kGlobal;
+    try {
+      DistributedOptimizer optimizer(comm, model, options);
+      FAIL() << "global selection with the exact dense path accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("needs --dense-path grouped"), std::string::npos) << message;
+    }
+  });
+}
+
 // Error feedback loses nothing: with momentum 0 and no weight decay the dense-path weights move by
 // lr times the sum of what was sent, which must equal the sum of the exact averages minus the
 // ranks' last residuals / N.
