@@ -348,17 +348,26 @@ std::vector<int64_t> remove_old_checkpoints(const std::string& prefix, int rank,
 std::string describe_settings_difference(const std::string& stored, const std::string& current) {
   const auto a = parse_key_value_lines(stored);
   const auto b = parse_key_value_lines(current);
+  std::vector<std::string> differences;
   for (const auto& [key, value] : a) {
     const auto it = b.find(key);
-    if (it == b.end()) return "setting '" + key + "' is in the checkpoint but not in this run";
-    if (it->second != value) {
-      return "setting '" + key + "' is " + value + " in the checkpoint but " + it->second + " now";
+    if (it == b.end()) {
+      differences.push_back("setting '" + key + "' is " + value +
+                            " in the checkpoint but not in this run");
+    } else if (it->second != value) {
+      differences.push_back("setting '" + key + "' is " + value + " in the checkpoint but " +
+                            it->second + " now");
     }
   }
   for (const auto& [key, value] : b) {
-    if (!a.count(key)) return "setting '" + key + "' is new in this run";
+    if (!a.count(key)) {
+      differences.push_back("setting '" + key + "' is " + value +
+                            " in this run but not in the checkpoint");
+    }
   }
-  return "";
+  std::string text;
+  for (const auto& difference : differences) text += (text.empty() ? "" : "; ") + difference;
+  return text;
 }
 
 }  // namespace dgc::train

@@ -86,8 +86,10 @@ std::vector<int64_t> checkpoint_steps(const std::string& prefix, int rank);
 std::vector<int64_t> remove_old_checkpoints(const std::string& prefix, int rank, int64_t written,
                                             int keep);
 
-// "KEY=VALUE" lines of two settings texts: the first line that differs, described for a message
-// ("key 'density' is 0.001 in the checkpoint but 0.01 now"), or "" when they are equal.
+// "KEY=VALUE" lines of two settings texts: every key that differs, described for a message and
+// joined by "; " ("setting 'density' is 0.001 in the checkpoint but 0.01 now"), or "" when they
+// are equal. All of them, because one flag can change two keys (--selection-scope global drops
+// dense_path_density and adds selection_scope), and the one to name is not always the first.
 std::string describe_settings_difference(const std::string& stored, const std::string& current);
 
 }  // namespace dgc::train

@@ -130,13 +130,21 @@ TEST(Checkpoint, NumberRecordsRoundTripExactly) {
   EXPECT_EQ(back.message_headers, 3u);
 }
 
-TEST(Checkpoint, DescribesTheFirstDifferentSetting) {
+TEST(Checkpoint, DescribesEveryDifferentSetting) {
   EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=2\n"), "");
   EXPECT_EQ(describe_settings_difference("a=1\nb=2\n", "a=1\nb=3\n"),
             "setting 'b' is 2 in the checkpoint but 3 now");
-  EXPECT_EQ(describe_settings_difference("a=1\n", "a=1\nc=4\n"), "setting 'c' is new in this run");
+  EXPECT_EQ(describe_settings_difference("a=1\n", "a=1\nc=4\n"),
+            "setting 'c' is 4 in this run but not in the checkpoint");
   EXPECT_EQ(describe_settings_difference("a=1\nc=4\n", "a=1\n"),
-            "setting 'c' is in the checkpoint but not in this run");
+            "setting 'c' is 4 in the checkpoint but not in this run");
+  // A per-tensor checkpoint resumed with global selection: both keys, so that the message names
+  // the flag that changed.
+  EXPECT_EQ(describe_settings_difference("a=1\ndense_path_density=0.1\n",
+                                         "a=2\nselection_scope=global\n"),
+            "setting 'a' is 1 in the checkpoint but 2 now; setting 'dense_path_density' is 0.1 in "
+            "the checkpoint but not in this run; setting 'selection_scope' is global in this run "
+            "but not in the checkpoint");
 }
 
 TEST(Progress, FormatsBytesAndDurations) {
