@@ -64,7 +64,7 @@ struct LmOptions {
 // Selection is global (one threshold over the whole model, SelectionScope::kGlobal): on the full
 // schedule (30 epochs, 4 workers, seeds 1-3) test perplexity 38.85 / 38.52 / 38.98 against
 // 39.01 / 39.16 / 39.34 per tensor (dense 37.87 / 38.34 / 38.18: +1.7% on average against
-// +2.7%), at 694x after warm-up against 663x. --selection-scope tensor is the paper's.
+// +2.7%), at 697x after warm-up against 663x. --selection-scope tensor is the paper's.
 struct LmTrainDefaults {
   static constexpr double kLr = 5.0;
   static constexpr double kClipNorm = 0.25;
