@@ -5,7 +5,7 @@
 #   build-asan  AddressSanitizer (leak detection on) + UndefinedBehaviorSanitizer (halts on the
 #               first finding), with libFuzzer's coverage: the core, comm and exchange suites, the
 #               fuzz regression replays, then every fuzz target for DGC_FUZZ_SECONDS (10) seconds
-#   build-tsan  ThreadSanitizer: the thread-pool and exchange suites
+#   build-tsan  ThreadSanitizer: the thread-pool, communicator and exchange suites
 # scripts/test.sh (the README's test command) runs it after the main suite unless
 # DGC_TEST_SANITIZERS=0; it can also be run alone (after scripts/setup.sh --no-build). Uses
 # ccache when it is installed.
@@ -17,11 +17,7 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-# For every process the tests start, workers included. Suppressions: only the files named here,
-# each entry with the reason (scripts/sanitizers/).
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/sanitizers/tsan.supp"
+source scripts/sanitizers/env.sh  # the sanitizer options of every process the tests start
 # The 10^6-element cases of the step test take a third of the core suite's time under ASan and
 # run the same code as the smaller cases; the main build runs them. (The GoogleTest executables
 # are CTest tests in shards, cmake/DgcTesting.cmake: cases are selected with GTEST_FILTER.)
@@ -45,11 +41,12 @@ awk '/Testing: fuzz\./ { target = $NF }
      END { for (t in runs) printf "%-16s %10d executions %8d per second\n", t, runs[t], rate[t] }' \
   build-asan/Testing/Temporary/LastTest.log | sort
 
-echo "== TSan (clang): thread pool, exchange (build-tsan)"
+echo "== TSan (clang): thread pool, communicators, exchange (build-tsan)"
 cmake --preset tsan "${launcher[@]}" >/dev/null
-cmake --build build-tsan -j "$jobs" --target core_thread_pool_test exchange_test exchange_worker
+cmake --build build-tsan -j "$jobs" --target core_thread_pool_test comm_test comm_worker \
+  exchange_test exchange_worker
 ctest --test-dir build-tsan --output-on-failure -j "$jobs" --timeout 900 \
-  -R '^core_thread_pool_test\.|^exchange_test\.'
+  -R '^core_thread_pool_test\.|^comm_test\.|^exchange_test\.'
 tsan_done=$(date +%s)
 
 echo "reliability: asan+ubsan build and suites $((asan_done - start)) s, fuzz runs" \

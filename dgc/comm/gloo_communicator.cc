@@ -1,6 +1,6 @@
 // The Gloo backend: rendezvous over a key-value store (in-process, shared directory or TCP), then
-// Gloo's TCP transport and its collectives (ring allgatherv, ring allreduce, tree broadcast,
-// direct alltoall/alltoallv).
+// Gloo's TCP transport and its collectives (ring allgatherv, tree broadcast, direct
+// alltoall/alltoallv), and a ring allreduce of our own over Gloo's unbound buffers.
 //
 // Rendezvous, on every rank, all through the store:
 //   0. claim: with a store that counts (c10d's add), add 1 to "dgc.claim.<rank>"; a count over 1
@@ -22,14 +22,13 @@
 //             agent) waits for every rank's before it stops serving.
 // After step 4 nobody reads the store again; the TCP store is closed there.
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
-#include <gloo/math.h>
+#include <gloo/types.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -229,12 +228,8 @@ class GlooCommunicator final : public Communicator {
     // Sizes first: a fixed-size allgather of one u64 per rank.
     std::vector<uint64_t> sizes(n, 0);
     sizes[rank()] = message.size();
-    run("allgatherv (sizes)", timeout, [&] {
-      gloo::AllgathervOptions opts(context_);
+    run("allgatherv (sizes)", timeout, deadline, gloo::allgatherv, [&](auto& opts) {
       opts.setOutput(sizes.data(), std::vector<size_t>(n, 1));  // own entry primed in place
-      opts.setTag(next_tag());
-      opts.setTimeout(remaining(deadline));
-      gloo::allgatherv(opts);
     });
     const std::vector<uint64_t> size_bytes(n, sizeof(uint64_t));
     bytes_ += ring_allgatherv_bytes(size_bytes, rank());
@@ -256,12 +251,8 @@ class GlooCommunicator final : public Communicator {
     if (!message.empty())
       std::memcpy(flat.data() + offsets[rank()], message.data(), message.size());
     if (total > 0) {
-      run("allgatherv", timeout, [&] {
-        gloo::AllgathervOptions opts(context_);
+      run("allgatherv", timeout, deadline, gloo::allgatherv, [&](auto& opts) {
         opts.setOutput(flat.data(), std::vector<size_t>(sizes.begin(), sizes.end()));
-        opts.setTag(next_tag());
-        opts.setTimeout(remaining(deadline));
-        gloo::allgatherv(opts);
       });
       bytes_ += ring_allgatherv_bytes(sizes, rank());
     }
@@ -286,13 +277,9 @@ class GlooCommunicator final : public Communicator {
     // Sizes first: one u64 to every rank, directly.
     std::vector<uint64_t> send_sizes(n), receive_sizes(n, 0);
     for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
-    run("alltoallv (sizes)", timeout, [&] {
-      gloo::AlltoallOptions opts(context_);
+    run("alltoallv (sizes)", timeout, deadline, gloo::alltoall, [&](auto& opts) {
       opts.setInput(send_sizes.data(), static_cast<size_t>(n));
       opts.setOutput(receive_sizes.data(), static_cast<size_t>(n));
-      opts.setTag(next_tag());
-      opts.setTimeout(remaining(deadline));
-      gloo::alltoall(opts);
     });
     for (int p = 0; p < n; ++p) {
       if (receive_sizes[p] > kMaxMessageBytes) {
@@ -320,13 +307,9 @@ class GlooCommunicator final : public Communicator {
       if (!messages[p].empty()) std::memcpy(send_flat.data() + offset, messages[p].data(), messages[p].size());
       offset += messages[p].size();
     }
-    run("alltoallv", timeout, [&] {
-      gloo::AlltoallvOptions opts(context_);
+    run("alltoallv", timeout, deadline, gloo::alltoallv, [&](auto& opts) {
       opts.setInput(send_flat.data(), send_counts);
       opts.setOutput(receive_flat.data(), receive_counts);
-      opts.setTag(next_tag());
-      opts.setTimeout(remaining(deadline));
-      gloo::alltoallv(opts);
     });
     bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
 
@@ -338,19 +321,58 @@ class GlooCommunicator final : public Communicator {
     return out;
   }
 
+  // A ring allreduce (reduce-scatter, then allgather) driven here over Gloo's unbound buffers
+  // rather than by gloo::allreduce, which keeps a scratch buffer of its own that it destroys
+  // inside libgloo when a peer fails, before this class can close the connections (see
+  // run_guarded). The same algorithm as Gloo's ring: each rank's chunk is cut into segments of at
+  // most 1 MiB, at least two, so that one segment travels while another is reduced. Rank r
+  // receives from r-1 and sends to r+1.
   void allreduce_sum(std::span<float> values, Timeout timeout) override {
     timeout = effective_timeout(timeout);
     check_usable("allreduce");
-    if (size() == 1 || values.empty()) return;
-    run("allreduce", timeout, [&] {
-      gloo::AllreduceOptions opts(context_);
-      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      opts.setOutput(values.data(), values.size());
-      void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
-      opts.setReduceFunction(sum);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      gloo::allreduce(opts);
+    const int n = size();
+    if (n == 1 || values.empty()) return;
+    const auto deadline = Clock::now() + timeout;
+    const size_t count = values.size();
+    constexpr size_t kMaxSegmentElements = (size_t{1} << 20) / sizeof(float);
+    const auto ceil_div = [](size_t a, size_t b) { return (a + b - 1) / b; };
+    const size_t per_chunk = std::max<size_t>(2, ceil_div(ceil_div(count, kMaxSegmentElements), n));
+    const size_t segment = ceil_div(count, per_chunk * n);  // elements; the last ones may be short
+    // Segment i of a phase: step s = i / per_chunk of the ring, segment j = i % per_chunk of
+    // chunk c (modulo n), as bytes of `values` (empty past the end).
+    const auto piece = [&](int c, size_t i) {
+      const size_t chunk = static_cast<size_t>((c % n + n) % n);
+      const size_t start = std::min(count, (chunk * per_chunk + i % per_chunk) * segment);
+      const size_t end = std::min(count, start + segment);
+      return Piece{start * sizeof(float), (end - start) * sizeof(float)};
+    };
+    const auto step = [&](size_t i) { return static_cast<int>(i / per_chunk); };
+    const size_t steps = static_cast<size_t>(n - 1) * per_chunk;
+    const uint64_t slot = gloo::Slot::build(gloo::kAllreduceSlotPrefix, next_tag());
+    std::vector<float> incoming(2 * segment);  // two segments in flight
+    // Declared before run_guarded: they outlive the connections on an error.
+    auto out = context_->createUnboundBuffer(values.data(), values.size_bytes());
+    auto in = context_->createUnboundBuffer(incoming.data(), incoming.size() * sizeof(float));
+    run_guarded("allreduce", timeout, [&] {
+      // Reduce-scatter: at step s this rank sends chunk rank - s and adds what it receives into
+      // chunk rank - s - 1; after n - 1 steps chunk rank + 1 holds the sum over every rank.
+      ring_phase(
+          *out, *in, steps, deadline, slot, [&](size_t i) { return piece(rank() - step(i), i); },
+          [&](size_t i) { return piece(rank() - step(i) - 1, i); },
+          [&](size_t i) { return (i % 2) * segment * sizeof(float); },
+          [&](size_t i, const Piece& received) {
+            float* sum = values.data() + received.offset / sizeof(float);
+            const float* add = incoming.data() + (i % 2) * segment;
+            for (size_t j = 0, m = received.bytes / sizeof(float); j < m; ++j) sum[j] += add[j];
+          });
+      // Allgather: at step s this rank sends the complete chunk rank + 1 - s and receives the
+      // complete chunk rank - s in place.
+      ring_phase(
+          *out, *out, steps, deadline, slot,
+          [&](size_t i) { return piece(rank() + 1 - step(i), i); },
+          [&](size_t i) { return piece(rank() - step(i), i); },
+          [&](size_t i) { return piece(rank() - step(i), i).offset; },
+          [](size_t, const Piece&) {});
     });
     bytes_ += ring_allreduce_bytes(values.size_bytes(), size());
   }
@@ -360,13 +382,9 @@ class GlooCommunicator final : public Communicator {
     check_usable("broadcast");
     DGC_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
     if (size() == 1 || data.empty()) return;
-    run("broadcast", timeout, [&] {
-      gloo::BroadcastOptions opts(context_);
+    run("broadcast", timeout, Clock::now() + timeout, gloo::broadcast, [&](auto& opts) {
       opts.setOutput(data.data(), data.size());
       opts.setRoot(root);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      gloo::broadcast(opts);
     });
     bytes_ += tree_broadcast_bytes(data.size(), rank(), root, size());
   }
@@ -375,12 +393,7 @@ class GlooCommunicator final : public Communicator {
     timeout = effective_timeout(timeout);
     check_usable("barrier");
     if (size() == 1) return;
-    run("barrier", timeout, [&] {
-      gloo::BarrierOptions opts(context_);
-      opts.setTag(next_tag());
-      opts.setTimeout(timeout);
-      gloo::barrier(opts);
-    });
+    run("barrier", timeout, Clock::now() + timeout, gloo::barrier, [](auto&) {});
   }
 
  private:
@@ -394,8 +407,68 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // Bytes [offset, offset + bytes) of a buffer.
+  struct Piece {
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+
+  // One phase of the ring allreduce, two segments in flight each way: step i sends sent(i) of
+  // `out` to rank + 1 and receives received(i) from rank - 1 into `in` at landing(i); landed(i,
+  // received(i)) runs once it is there, before step i + 2 is started. Empty pieces do not
+  // travel (both ends compute the same sizes). Send i may carry what step i - 2 or earlier
+  // landed.
+  template <typename Sent, typename Received, typename Landing, typename Landed>
+  void ring_phase(gloo::transport::UnboundBuffer& out, gloo::transport::UnboundBuffer& in,
+                  size_t steps, Clock::time_point deadline, uint64_t slot, Sent&& sent,
+                  Received&& received, Landing&& landing, Landed&& landed) {
+    const int next = (rank() + 1) % size();
+    const int prev = (rank() + size() - 1) % size();
+    for (size_t i = 0; i < steps + 2; ++i) {
+      if (i >= 2) {
+        if (const Piece done = received(i - 2); done.bytes > 0) {
+          in.waitRecv(remaining(deadline));
+          landed(i - 2, done);
+        }
+        if (sent(i - 2).bytes > 0) out.waitSend(remaining(deadline));
+      }
+      if (i < steps) {
+        if (const Piece coming = received(i); coming.bytes > 0) {
+          in.recv(prev, slot, landing(i), coming.bytes);
+        }
+        if (const Piece going = sent(i); going.bytes > 0) {
+          out.send(next, slot, going.offset, going.bytes);
+        }
+      }
+    }
+  }
+
+  // Runs one of Gloo's collectives on options built here: `setup` gives them their buffers, the
+  // tag and the deadline are set here. The options own the collective's unbound buffers, so they
+  // are declared outside run_guarded and outlive the connections when it fails.
+  template <typename Options, typename Setup>
+  void run(const char* op, Timeout timeout, Clock::time_point deadline,
+           void (*collective)(Options&), Setup&& setup) {
+    Options opts(context_);
+    run_guarded(op, timeout, [&] {
+      setup(opts);
+      opts.setTag(next_tag());
+      opts.setTimeout(remaining(deadline));
+      collective(opts);
+    });
+  }
+
+  // The lifetime rule of Gloo's TCP transport on an error. A failed collective can leave
+  // operations pending on its unbound buffers: a send still completing to a live peer while the
+  // dead peer's pair failed, or an error being signalled to every pending buffer. Gloo's I/O
+  // thread touches a buffer only under the lock of the pair the operation is on; closing every
+  // pair (gloo::Context::closeConnections: each pair's lock, then a tick of the event loop)
+  // therefore orders each of those touches before this thread goes on, and after it none can
+  // come. So on any error in `body` this closes every connection (fail_with) before it throws,
+  // and only then does the unwinding destroy the buffers: every unbound buffer `body` uses, and
+  // the memory under it, must be declared before the call to run_guarded.
   template <typename F>
-  void run(const char* op, Timeout timeout, F&& body) {
+  void run_guarded(const char* op, Timeout timeout, F&& body) {
     const auto start = Clock::now();
     try {
       body();
@@ -405,6 +478,8 @@ class GlooCommunicator final : public Communicator {
       translate(op, timeout, start, e.what());
     } catch (const gloo::Exception& e) {
       translate(op, timeout, start, e.what());
+    } catch (const std::exception& e) {
+      fail_with<CommError>(detail::concat("gloo ", op, " failed on rank ", rank(), ": ", e.what()));
     }
   }
 
@@ -427,8 +502,8 @@ class GlooCommunicator final : public Communicator {
     const int next = (rank() + 1) % size();
     const int prev = (rank() + size() - 1) % size();
     int peer = -1;
-    if (op.rfind("allgatherv", 0) == 0) peer = recv ? prev : next;  // receives from r-1
-    if (op == "allreduce") peer = recv ? next : prev;               // receives from r+1
+    // Both ring collectives receive from r-1 and send to r+1.
+    if (op.rfind("allgatherv", 0) == 0 || op == "allreduce") peer = recv ? prev : next;
     if (peer < 0) return {};
     return detail::concat("; this rank was waiting to ", recv ? "receive from" : "send to",
                           " rank ", peer, " (", hosts_[peer],

@@ -1,10 +1,11 @@
 // The Open MPI backend. Every collective is the non-blocking MPI call (MPI_Iallgather,
-// MPI_Iallgatherv, MPI_Ialltoall, MPI_Ialltoallv, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) polled with MPI_Test until done or
-// until the deadline, when it throws dgc::TimeoutError.
+// MPI_Iallgatherv, MPI_Ialltoall, MPI_Ialltoallv, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier)
+// polled with MPI_Test until done or until the deadline, when it throws dgc::TimeoutError.
 //
 // MPI cannot cancel a collective, so after a timeout the request may still touch its buffers:
-// every collective works on buffers this file owns (the caller's data is copied in and out), and
-// on a timeout they are parked until the process exits. A process that saw a timeout skips
+// every collective works on buffers this file owns (the caller's data is copied in and out; the
+// counts and displacements of the v-collectives too), and on a timeout they are parked until the
+// process exits. A process that saw a timeout skips
 // MPI_Finalize (it would wait for the stalled peer); mpirun then ends the job.
 #include <mpi.h>
 
@@ -117,7 +118,15 @@ class MpiCommunicator final : public Communicator {
     wait(request, "allgatherv (sizes)", timeout, start, sizes);
     bytes_ += ring_allgatherv_bytes(std::vector<uint64_t>(n, sizeof(uint64_t)), rank_);
 
-    std::vector<int> counts(n), displs(n);
+    // The counts and displacements belong to the request as much as the payload (MPI may read
+    // them until it completes): all three are parked together on a timeout.
+    struct Buffers {
+      std::vector<int> counts, displs;
+      std::vector<uint8_t> flat;
+    };
+    auto b = std::make_shared<Buffers>();
+    b->counts.resize(n);
+    b->displs.resize(n);
     uint64_t total = 0;
     for (int r = 0; r < n; ++r) {
       if ((*sizes)[r] > static_cast<uint64_t>(INT_MAX) - total) {
@@ -125,25 +134,25 @@ class MpiCommunicator final : public Communicator {
                                        " bytes (MPI counts are int); rank ", r, " announced ",
                                        (*sizes)[r], " bytes"));
       }
-      displs[r] = static_cast<int>(total);
-      counts[r] = static_cast<int>((*sizes)[r]);
+      b->displs[r] = static_cast<int>(total);
+      b->counts[r] = static_cast<int>((*sizes)[r]);
       total += (*sizes)[r];
     }
-    auto flat = std::make_shared<std::vector<uint8_t>>(total);
+    b->flat.resize(total);
     if (!message.empty()) {
-      std::memcpy(flat->data() + displs[rank_], message.data(), message.size());
+      std::memcpy(b->flat.data() + b->displs[rank_], message.data(), message.size());
     }
     if (total > 0) {
-      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, flat->data(), counts.data(),
-                            displs.data(), MPI_BYTE, comm_, &request),
+      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->flat.data(), b->counts.data(),
+                            b->displs.data(), MPI_BYTE, comm_, &request),
             "MPI_Iallgatherv");
-      wait(request, "allgatherv", timeout, start, flat);
+      wait(request, "allgatherv", timeout, start, b);
       bytes_ += ring_allgatherv_bytes(*sizes, rank_);
     }
     std::vector<std::vector<uint8_t>> out(n);
     for (int r = 0; r < n; ++r) {
-      const auto* begin = flat->data() + displs[r];
-      out[r].assign(begin, begin + counts[r]);
+      const auto* begin = b->flat.data() + b->displs[r];
+      out[r].assign(begin, begin + b->counts[r]);
     }
     return out;
   }

@@ -122,9 +122,9 @@ class ProcessGroupCommunicator final : public Communicator {
     if (size() == 1 || values.empty()) return;
     torch::Tensor host =
         torch::from_blob(values.data(), {static_cast<int64_t>(values.size())}, torch::kFloat32);
-    std::vector<torch::Tensor> tensors{device_.is_cpu() ? host : host.to(device_)};
+    std::vector<torch::Tensor> tensors{owned_copy(host)};
     wait("allreduce", group_->allreduce(tensors), timeout);
-    if (!device_.is_cpu()) host.copy_(tensors[0].cpu());
+    host.copy_(tensors[0]);
     bytes_ += ring_allreduce_bytes(values.size_bytes(), size());
   }
 
@@ -135,11 +135,11 @@ class ProcessGroupCommunicator final : public Communicator {
     if (size() == 1 || data.empty()) return;
     torch::Tensor host =
         torch::from_blob(data.data(), {static_cast<int64_t>(data.size())}, torch::kUInt8);
-    std::vector<torch::Tensor> tensors{device_.is_cpu() ? host : host.to(device_)};
+    std::vector<torch::Tensor> tensors{owned_copy(host)};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     wait("broadcast", group_->broadcast(tensors, opts), timeout);
-    if (!device_.is_cpu()) host.copy_(tensors[0].cpu());
+    host.copy_(tensors[0]);
     bytes_ += tree_broadcast_bytes(data.size(), rank(), root, size());
   }
 
@@ -151,6 +151,14 @@ class ProcessGroupCommunicator final : public Communicator {
   }
 
  private:
+  // A copy of the caller's data on the group's device, in memory the tensor owns. A work that
+  // fails or times out may still run in the backend's own thread (ProcessGroupGloo's worker) and
+  // touch its tensors; they keep what they own alive, but not memory they merely view, and the
+  // caller's buffer may be gone by then. The work reads and writes only such copies.
+  torch::Tensor owned_copy(const torch::Tensor& caller) const {
+    return caller.to(device_, /*non_blocking=*/false, /*copy=*/true);
+  }
+
   torch::TensorOptions options() const {
     return torch::TensorOptions(torch::kUInt8).device(device_);
   }

@@ -342,7 +342,8 @@ TEST(Failure, RankThatThrowsReleasesItsPeersPromptly) {
   constexpr int n = 3;
   const milliseconds timeout(20000);  // the peers must learn long before this
   std::vector<milliseconds> elapsed(n, milliseconds(0));
-  std::vector<bool> comm_error(n, false);
+  // Not vector<bool>: each rank's thread writes its own entry, and bits share a word.
+  std::vector<char> comm_error(n, 0);
   try {
     run_local(n, quick(timeout), [&](Communicator& comm) {
       comm.barrier();
@@ -352,7 +353,7 @@ TEST(Failure, RankThatThrowsReleasesItsPeersPromptly) {
         std::vector<float> values(16, 1.0f);
         comm.allreduce_sum(values, timeout);
       } catch (const CommError&) {
-        comm_error[comm.rank()] = true;
+        comm_error[comm.rank()] = 1;
       }
       elapsed[comm.rank()] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
     });
