@@ -1,5 +1,5 @@
-// Local gradient clipping (DGC.md step 1): clip by the L2 norm over all of one worker's gradients,
-// with a threshold scaled by N^-1/2, before the gradient is accumulated.
+// Local gradient clipping (docs/algorithm.md step 1): clip by the L2 norm over all of one worker's
+// gradients, with a threshold scaled by N^-1/2, before the gradient is accumulated.
 #pragma once
 
 #include <span>
@@ -15,9 +15,9 @@ enum class ClipScaling {
   // independent worker gradients the average then has about the norm max_norm that dense training
   // allows, which is the reason for the N^-1/2.
   kPaper,
-  // DGC.md step 1 read with g the local mean gradient: ||g|| <= max_norm / sqrt(N). The average of
-  // N such gradients has a norm between max_norm / N and max_norm / sqrt(N): sqrt(N) to N times
-  // tighter than dense training whenever clipping acts.
+  // docs/algorithm.md step 1 read with g the local mean gradient: ||g|| <= max_norm / sqrt(N).
+  // The average of N such gradients has a norm between max_norm / N and max_norm / sqrt(N):
+  // sqrt(N) to N times tighter than dense training whenever clipping acts.
   kMeanGradient,
 };
 

@@ -40,7 +40,7 @@ class Compressor {
   size_t num_tensors() const { return numels_.size(); }
   const CompressionOptions& options() const { return options_; }
 
-  // One DGC step for tensor `t` (DGC.md steps 2-5):
+  // One DGC step for tensor `t` (docs/algorithm.md steps 2-5):
   //   accumulate_velocity(u, v, grad); select with `density`; mask_sent at the selection with the
   //   values as they will be decoded (rounded to options.value_type).
   // On return `out` holds the sorted indices and the (rounded) values to send. Gradient clipping,

@@ -1,4 +1,5 @@
-// Momentum correction and momentum factor masking on plain buffers (DGC.md steps 2 and 5).
+// Momentum correction and momentum factor masking on plain buffers (docs/algorithm.md steps 2
+// and 5).
 //
 // Buffers are caller-owned spans of equal length; nothing is retained after a call returns.
 // Not thread-safe on overlapping buffers; callers may split one tensor into disjoint ranges.

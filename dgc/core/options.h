@@ -7,7 +7,8 @@
 
 namespace dgc {
 
-// How the threshold for the top-`k` magnitudes is chosen (DGC.md, "Threshold selection").
+// How the threshold for the top-`k` magnitudes is chosen (docs/algorithm.md, "Threshold
+// selection").
 enum class SelectionMethod : uint8_t {
   kSampled = 0,  // strided sample, 0.8k/1.3k adaptation, hierarchical exact top-k (the paper's)
   kExact = 1,    // exact top-k by nth_element over the whole tensor (reference and option)

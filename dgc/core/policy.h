@@ -1,4 +1,5 @@
-// Which tensors are compressed and which go dense (DGC.md "Tensors that are not compressed").
+// Which tensors are compressed and which go dense (docs/algorithm.md "Tensors that are not
+// compressed").
 #pragma once
 
 #include <cstdint>

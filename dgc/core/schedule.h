@@ -1,5 +1,5 @@
-// Warm-up schedules (DGC.md "Warm-up"): exponentially rising sparsity and a linear learning-rate
-// ramp. Pure functions of the training position; no state.
+// Warm-up schedules (docs/algorithm.md "Warm-up"): exponentially rising sparsity and a linear
+// learning-rate ramp. Pure functions of the training position; no state.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Threshold selection (DGC.md step 3): which elements of the velocity are sent.
+// Threshold selection (docs/algorithm.md step 3): which elements of the velocity are sent.
 //
 // Output indices are sorted ascending and unique; values are v[index] as found.
 // Buffers in `Selection` are reused across calls to avoid allocation on the hot path.

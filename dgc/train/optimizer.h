@@ -1,5 +1,5 @@
 // The distributed optimizer: data-parallel SGD for any torch::nn::Module, with Deep Gradient
-// Compression (DGC.md) or dense (the baseline), over one dgc::Exchange.
+// Compression (docs/algorithm.md) or dense (the baseline), over one dgc::Exchange.
 //
 // A libtorch adapter over DistributedStep (step.h), which holds the algorithm and its state: per
 // step it reads every parameter's .grad (undefined = zero), lets the DistributedStep turn the

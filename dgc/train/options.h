@@ -1,6 +1,6 @@
-// Options of the distributed optimizer (DGC.md), without libtorch, so the command line can fill
-// them without including torch. Every field has a documented default; `dgc train` maps its flags
-// onto these one to one.
+// Options of the distributed optimizer (docs/algorithm.md), without libtorch, so the command line
+// can fill them without including torch. Every field has a documented default; `dgc train` maps
+// its flags onto these one to one.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +29,8 @@ std::string to_string(Compression compression);
 //   kGrouped:  all of them, concatenated in layout order, form one more compressed tensor (the
 //              "dense-path group") with its own momentum u and velocity v, compressed by DGC at
 //              its own density (`dense_path_density`, with the same warm-up), momentum
-//              correction and masking as DGC.md; weight decay stays local per tensor as for
-//              every compressed tensor. Its entry travels in the fused message.
+//              correction and masking as docs/algorithm.md; weight decay stays local per tensor
+//              as for every compressed tensor. Its entry travels in the fused message.
 //   kFloat16,
 //   kBFloat16: the average of 16-bit values: each rank rounds its gradient plus its residual to
 //              fp16 / bf16 and keeps what rounding dropped as the residual (error feedback,
@@ -40,15 +40,16 @@ enum class DensePath : uint8_t { kExact, kGrouped, kFloat16, kBFloat16 };
 DensePath parse_dense_path(const std::string& name);
 std::string to_string(DensePath dense_path);
 
-// Over what DGC selects its top d (DGC.md step 3).
+// Over what DGC selects its top d (docs/algorithm.md step 3).
 //   kTensor: each compressed tensor its own threshold, about d of its elements (the paper's
 //            Algorithm 1, layer by layer); the dense path travels as `dense_path` says.
 //   kGlobal: one threshold over the whole model: every tensor, the policy's dense-path ones
 //            included, concatenated in layout order, is one compressed tensor stepped at
-//            `density` (momentum correction, sampled selection, masking, warm-up as DGC.md), so
-//            that the top d of all |v| travels, wherever it is. It is the grouped dense path
-//            holding every tensor: it needs `dense_path` kGrouped, `dense_path_density` and the
-//            policy are not used, and its bytes count as message_bytes_dense_path.
+//            `density` (momentum correction, sampled selection, masking, warm-up as
+//            docs/algorithm.md), so that the top d of all |v| travels, wherever it is. It is the
+//            grouped dense path holding every tensor: it needs `dense_path` kGrouped,
+//            `dense_path_density` and the policy are not used, and its bytes count as
+//            message_bytes_dense_path.
 enum class SelectionScope : uint8_t { kTensor, kGlobal };
 // "tensor" | "global"; anything else throws dgc::InvalidArgument.
 SelectionScope parse_selection_scope(const std::string& name);
@@ -116,9 +117,10 @@ struct OptimizerOptions {
   double weight_decay = 1e-4;
 
   // Gradient clipping by L2 norm, 0 = off. With DGC: local clipping of this worker's gradient
-  // before accumulation (DGC.md step 1), at local_clip_limit(clip_norm, N, clip_scaling): the
-  // paper's threshold clip_norm / sqrt(N) on the worker's share g / N of the summed gradient by
-  // default (clip_norm * sqrt(N) on its mean gradient g), or clip_norm / sqrt(N) on g itself.
+  // before accumulation (docs/algorithm.md step 1), at local_clip_limit(clip_norm, N,
+  // clip_scaling): the paper's threshold clip_norm / sqrt(N) on the worker's share g / N of the
+  // summed gradient by default (clip_norm * sqrt(N) on its mean gradient g), or clip_norm /
+  // sqrt(N) on g itself.
   // Dense baseline: the averaged gradient is clipped at clip_norm (what dense training does).
   double clip_norm = 0.0;
   ClipScaling clip_scaling = ClipScaling::kPaper;

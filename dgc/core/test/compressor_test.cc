@@ -1,5 +1,6 @@
 // The DGC step (compressor.h) against the plain reference step in reference.h, and the
-// properties DGC.md promises: density 1 is momentum SGD, nothing is lost, threads do not matter.
+// properties docs/algorithm.md promises: density 1 is momentum SGD, nothing is lost, threads do
+// not matter.
 #include "dgc/core/compressor.h"
 
 #include <gtest/gtest.h>

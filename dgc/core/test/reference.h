@@ -36,7 +36,7 @@ inline std::vector<float> tied_values(size_t n, uint64_t seed, int range = 3) {
   return out;
 }
 
-// DGC.md step 2, written out.
+// docs/algorithm.md step 2, written out.
 inline void reference_accumulate(std::vector<float>& u, std::vector<float>& v,
                                  const std::vector<float>& g, const MomentumOptions& o) {
   const float m = static_cast<float>(o.momentum);
@@ -130,8 +130,8 @@ inline Selection reference_sampled(const std::vector<float>& v, size_t k, double
   return out;
 }
 
-// One reference DGC step (DGC.md steps 2-5) on one tensor's state. `rng` is the generator of
-// the whole Compressor (one per worker, drawn in call order).
+// One reference DGC step (docs/algorithm.md steps 2-5) on one tensor's state. `rng` is the
+// generator of the whole Compressor (one per worker, drawn in call order).
 struct ReferenceState {
   std::vector<float> u, v;
   explicit ReferenceState(size_t n) : u(n, 0.0f), v(n, 0.0f) {}

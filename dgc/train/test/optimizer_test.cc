@@ -437,7 +437,7 @@ OptimizerOptions dense_path_options(DensePath dense_path) {
 }
 
 // Ranks' u, v and selection by exact top-k (ties to the lower index), sum / N into `update`,
-// masking: the DGC step of DGC.md, written out.
+// masking: the DGC step of docs/algorithm.md, written out.
 void reference_dgc(std::vector<float>& u, std::vector<float>& v, const std::vector<float>& g,
                    double density, int world, float m, std::vector<float>& update) {
   const size_t n = g.size();
