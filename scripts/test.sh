@@ -2,7 +2,7 @@
 # README command (2): install what is missing, build, and run the whole test suite: the main
 # suite (build/), then the sanitizer and fuzzing part (scripts/test_reliability.sh: build-asan,
 # build-tsan). Both parts always run; the command fails if either failed. Its time on a fresh
-# clone is in the README. DGC_TEST_SANITIZERS=0 leaves the second part out.
+# clone is in docs/testing.md. DGC_TEST_SANITIZERS=0 leaves the second part out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
