@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dgc/core/error.h"
+#include "dgc/core/bytes.h"
 #include "dgc/train/checkpoint.h"
 #include "fuzz/fuzz_check.h"
 
@@ -25,7 +26,7 @@ void fix_checksum(std::vector<uint8_t>& file) {
   const size_t body = file.size() - 4;
   const auto crc =
       static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), file.data(), static_cast<uInt>(body)));
-  for (int i = 0; i < 4; ++i) file[body + i] = static_cast<uint8_t>(crc >> (8 * i));
+  dgc::store_le<uint32_t>(file.data() + body, crc);
 }
 
 }  // namespace

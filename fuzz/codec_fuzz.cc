@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/codec.h"
 #include "dgc/core/error.h"
 #include "fuzz/fuzz_check.h"
@@ -27,10 +28,6 @@ namespace {
 
 using dgc::DecodeError;
 using dgc::ValidatedMessage;
-
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
 
 uint32_t crc(const uint8_t* data, size_t size) {
   return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), data, static_cast<uInt>(size)));
@@ -54,13 +51,13 @@ void fix_header(std::vector<uint8_t>& message) {
   const bool tagged = (message[6] & dgc::kFlagTagged) != 0;
   if (tagged && message.size() < header + dgc::kTagBytes) return;
   const size_t payload = message.size() - header - (tagged ? dgc::kTagBytes : 0);
-  put_u32(message.data() + 20, static_cast<uint32_t>(payload));
-  put_u32(message.data() + 24, crc(message.data() + header, payload));
-  put_u32(message.data() + 44, crc(message.data(), 44));
+  dgc::store_le<uint32_t>(message.data() + 20, static_cast<uint32_t>(payload));
+  dgc::store_le<uint32_t>(message.data() + 24, crc(message.data() + header, payload));
+  dgc::store_le<uint32_t>(message.data() + 44, crc(message.data(), 44));
   if (tagged) {
     uint8_t route[8];
-    put_u32(route, kRoute.sender);
-    put_u32(route + 4, kRoute.receiver);
+    dgc::store_le<uint32_t>(route, kRoute.sender);
+    dgc::store_le<uint32_t>(route + 4, kRoute.receiver);
     const dgc::Tag tag =
         fuzz_key().tag({route, std::span<const uint8_t>(message.data(), header + payload)});
     std::memcpy(message.data() + header + payload, tag.data(), tag.size());
@@ -92,7 +89,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect.authenticator = &fuzz_key();
   expect.route = kRoute;
   if (message.size() >= 16) {
-    for (int i = 0; i < 8; ++i) expect.iteration |= uint64_t{message[8 + i]} << (8 * i);
+    expect.iteration = dgc::load_le<uint64_t>(message.data() + 8);
   }
   const bool expecting = (options & 8) != 0;
 

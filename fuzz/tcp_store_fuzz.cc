@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dgc/comm/tcp_store_service.h"
+#include "dgc/core/bytes.h"
 #include "fuzz/fuzz_check.h"
 
 namespace {
@@ -19,10 +20,9 @@ namespace {
 using dgc::comm::TcpStoreService;
 
 std::vector<uint8_t> hello(int32_t rank, int32_t world_size) {
-  std::vector<uint8_t> frame = {9, 0, 0, 0, 1};  // length 9, op HELLO
-  for (int32_t v : {rank, world_size}) {
-    for (int i = 0; i < 4; ++i) frame.push_back(static_cast<uint8_t>(uint32_t(v) >> (8 * i)));
-  }
+  std::vector<uint8_t> frame;
+  dgc::ByteWriter(frame).u32(9).u8(1).u32(static_cast<uint32_t>(rank)).u32(
+      static_cast<uint32_t>(world_size));  // length 9, op HELLO
   return frame;
 }
 
@@ -31,8 +31,7 @@ void check_replies(const std::vector<uint8_t>& out) {
   size_t pos = 0;
   while (pos < out.size()) {
     FUZZ_CHECK(out.size() - pos >= 5, "a reply frame is cut at %zu of %zu", pos, out.size());
-    uint32_t n = 0;
-    for (int i = 0; i < 4; ++i) n |= uint32_t{out[pos + i]} << (8 * i);
+    const uint32_t n = dgc::load_le<uint32_t>(out.data() + pos);
     FUZZ_CHECK(n >= 1 && out.size() - pos - 4 >= n, "reply length %u at %zu", n, pos);
     FUZZ_CHECK(out[pos + 4] <= 3, "unknown status %d", int{out[pos + 4]});
     pos += 4 + n;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/error.h"
 
 namespace dgc::comm {
@@ -27,7 +28,7 @@ std::array<uint8_t, AuthenticatedStore::kHeadBytes> AuthenticatedStore::head_of(
   std::array<uint8_t, kHeadBytes> head{};
   std::memcpy(head.data(), kContext.data(), kContext.size());
   const auto length = static_cast<uint32_t>(key.size());
-  for (int i = 0; i < 4; ++i) head[kContext.size() + i] = static_cast<uint8_t>(length >> (8 * i));
+  store_le(head.data() + kContext.size(), length);
   return head;
 }
 

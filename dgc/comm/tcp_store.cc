@@ -50,49 +50,6 @@ std::string errno_text(int err) { return std::strerror(err); }
 
 std::string endpoint(const std::string& host, int port) { return detail::concat(host, ":", port); }
 
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_bytes(std::vector<uint8_t>& out, const void* data, size_t n) {
-  put_u32(out, static_cast<uint32_t>(n));
-  const auto* p = static_cast<const uint8_t*>(data);
-  out.insert(out.end(), p, p + n);
-}
-void put_string(std::vector<uint8_t>& out, const std::string& s) {
-  put_bytes(out, s.data(), s.size());
-}
-
-// Bounds-checked reader over one frame body; `ok` turns false on any overrun.
-struct Reader {
-  const uint8_t* data;
-  size_t size;
-  size_t pos = 0;
-  bool ok = true;
-
-  bool has(size_t n) {
-    if (!ok || size - pos < n) ok = false;
-    return ok;
-  }
-  uint8_t u8() { return has(1) ? data[pos++] : 0; }
-  uint32_t u32() {
-    if (!has(4)) return 0;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t{data[pos + i]} << (8 * i);
-    pos += 4;
-    return v;
-  }
-  std::string str(size_t limit) {
-    const uint32_t n = u32();
-    if (n > limit || !has(n)) {
-      ok = false;
-      return {};
-    }
-    std::string s(reinterpret_cast<const char*>(data + pos), n);
-    pos += n;
-    return s;
-  }
-};
-
 void set_nonblocking(int fd) {
   const int flags = fcntl(fd, F_GETFL, 0);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -169,8 +126,7 @@ bool TcpStoreService::wait_for_byes(int count, Timeout timeout) {
 bool TcpStoreService::process_frames(Connection& c) {
   size_t pos = 0;
   while (c.in.size() - pos >= 4) {
-    Reader len{c.in.data() + pos, 4};
-    const uint32_t n = len.u32();
+    const uint32_t n = load_le<uint32_t>(c.in.data() + pos);
     if (n > kMaxFrameBytes || n == 0) {
       c.dead = true;  // not our protocol, or over the bounds
       return false;
@@ -185,14 +141,12 @@ bool TcpStoreService::process_frames(Connection& c) {
 }
 
 void TcpStoreService::reply(Connection& c, uint8_t status, const std::vector<uint8_t>& fields) {
-  put_u32(c.out, static_cast<uint32_t>(1 + fields.size()));
-  c.out.push_back(status);
-  c.out.insert(c.out.end(), fields.begin(), fields.end());
+  ByteWriter(c.out).u32(static_cast<uint32_t>(1 + fields.size())).u8(status).raw(fields);
 }
 
 void TcpStoreService::refuse(Connection& c, int rank) {
   std::vector<uint8_t> f;
-  put_string(f, error_);
+  ByteWriter(f).string(error_);
   reply(c, kMismatch, f);
   std::lock_guard lock(mutex_);
   told_.insert(rank);
@@ -207,8 +161,16 @@ void TcpStoreService::fail_all(const std::string& message) {
 }
 
 void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
-  Reader r{body, size};
-  const uint8_t op = r.u8();
+  try {
+    ByteReader request({body, size}, "store request");
+    handle_request(c, request);
+  } catch (const DecodeError&) {
+    c.dead = true;  // a truncated or oversized field: not our protocol
+  }
+}
+
+void TcpStoreService::handle_request(Connection& c, ByteReader& r) {
+  const uint8_t op = r.u8("operation");
   if (op == kBye) {
     reply(c, kOk);
     c.close_after_write = true;
@@ -220,12 +182,8 @@ void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
     return;
   }
   if (op == kHello) {
-    const auto rank = static_cast<int32_t>(r.u32());
-    const auto world_size = static_cast<int32_t>(r.u32());
-    if (!r.ok) {
-      c.dead = true;
-      return;
-    }
+    const auto rank = static_cast<int32_t>(r.u32("rank"));
+    const auto world_size = static_cast<int32_t>(r.u32("world size"));
     if (world_size != world_size_) {
       fail_all(detail::concat(
           "world size mismatch: rank ", rank, " was started with WORLD_SIZE=", world_size,
@@ -258,18 +216,14 @@ void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
   }
   switch (op) {
     case kSet: {
-      std::string key = r.str(kMaxKeyBytes);
-      std::string value = r.str(kMaxValueBytes);
-      if (!r.ok) {
-        c.dead = true;
-        return;
-      }
+      std::string key = r.string(kMaxKeyBytes, "key");
+      std::string value = r.string(kMaxValueBytes, "value");
       auto it = data_.find(key);
       const size_t old = it == data_.end() ? 0 : it->first.size() + it->second.size();
       if ((it == data_.end() && data_.size() >= kMaxKeys) ||
           stored_bytes_ - old + key.size() + value.size() > kMaxStoredBytes) {
         std::vector<uint8_t> f;
-        put_string(f, "rendezvous store is full (bounded at 65536 keys, 256 MiB)");
+        ByteWriter(f).string("rendezvous store is full (bounded at 65536 keys, 256 MiB)");
         reply(c, kError, f);
         return;
       }
@@ -279,34 +233,26 @@ void TcpStoreService::handle(Connection& c, const uint8_t* body, size_t size) {
       return;
     }
     case kGet: {
-      const std::string key = r.str(kMaxKeyBytes);
-      if (!r.ok) {
-        c.dead = true;
-        return;
-      }
+      const std::string key = r.string(kMaxKeyBytes, "key");
       auto it = data_.find(key);
       if (it == data_.end()) {
         reply(c, kMissing);
         return;
       }
       std::vector<uint8_t> f;
-      put_string(f, it->second);
+      ByteWriter(f).string(it->second);
       reply(c, kOk, f);
       return;
     }
     case kCheck: {
-      const uint32_t n = r.u32();
+      const uint32_t n = r.u32("key count");
       if (n > kMaxCheckKeys) {
         c.dead = true;
         return;
       }
       bool all = true;
       for (uint32_t i = 0; i < n; ++i) {
-        const std::string key = r.str(kMaxKeyBytes);
-        if (!r.ok) {
-          c.dead = true;
-          return;
-        }
+        const std::string key = r.string(kMaxKeyBytes, "key");
         all = all && data_.count(key) != 0;
       }
       reply(c, kOk, {static_cast<uint8_t>(all ? 1 : 0)});
@@ -491,6 +437,17 @@ struct TcpStore::Reply {
   std::vector<uint8_t> body;  // after the status byte
 };
 
+namespace {
+// The one string field of a reply; a malformed reply is a CommError.
+std::string reply_string(std::span<const uint8_t> body, uint64_t max_bytes) {
+  try {
+    return ByteReader(body, "the store's reply").string(max_bytes, "string");
+  } catch (const DecodeError& e) {
+    throw CommError(detail::concat("rendezvous: ", e.what()));
+  }
+}
+}  // namespace
+
 TcpStore::TcpStore(const std::string& master_addr, int port, int rank, int world_size,
                    Timeout timeout)
     : master_addr_(master_addr),
@@ -580,8 +537,7 @@ void TcpStore::connect_client(Timeout timeout) {
     pause = std::min(pause * 2, milliseconds(500));
   }
   std::vector<uint8_t> body;
-  put_u32(body, static_cast<uint32_t>(rank_));
-  put_u32(body, static_cast<uint32_t>(world_size_));
+  ByteWriter(body).u32(static_cast<uint32_t>(rank_)).u32(static_cast<uint32_t>(world_size_));
   request(kHello, body, remaining(deadline) + milliseconds(1));
 }
 
@@ -602,9 +558,7 @@ TcpStore::Reply TcpStore::request(uint8_t op, const std::vector<uint8_t>& body, 
                                     "; did rank 0 exit?"));
   };
   std::vector<uint8_t> frame;
-  put_u32(frame, static_cast<uint32_t>(1 + body.size()));
-  frame.push_back(op);
-  frame.insert(frame.end(), body.begin(), body.end());
+  ByteWriter(frame).u32(static_cast<uint32_t>(1 + body.size())).u8(op).raw(body);
   size_t sent = 0;
   while (sent < frame.size()) {
     if (!poll_until(fd_, POLLOUT, deadline)) throw timed_out("sending to");
@@ -631,8 +585,7 @@ TcpStore::Reply TcpStore::request(uint8_t op, const std::vector<uint8_t>& body, 
   };
   uint8_t len_bytes[4];
   read_exact(len_bytes, 4);
-  Reader len{len_bytes, 4};
-  const uint32_t n = len.u32();
+  const uint32_t n = load_le<uint32_t>(len_bytes);
   if (n == 0 || n > kMaxFrameBytes) throw broken(detail::concat("bad reply length ", n));
   std::vector<uint8_t> reply_body(n);
   read_exact(reply_body.data(), n);
@@ -640,8 +593,7 @@ TcpStore::Reply TcpStore::request(uint8_t op, const std::vector<uint8_t>& body, 
   reply.status = reply_body[0];
   reply.body.assign(reply_body.begin() + 1, reply_body.end());
   if (reply.status == kError || reply.status == kMismatch) {
-    Reader r{reply.body.data(), reply.body.size()};
-    std::string message = r.str(kMaxFrameBytes);
+    const std::string message = reply_string(reply.body, kMaxFrameBytes);
     if (reply.status == kMismatch) throw MismatchError("rendezvous: " + message);
     throw CommError("rendezvous: " + message);
   }
@@ -652,29 +604,28 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data) {
   DGC_CHECK_LE(key.size(), kMaxKeyBytes, "rendezvous key too long");
   DGC_CHECK_LE(data.size(), kMaxValueBytes, "rendezvous value too large for key ", key);
   std::vector<uint8_t> body;
-  put_string(body, key);
-  put_bytes(body, data.data(), data.size());
+  ByteWriter(body).string(key).string({data.data(), data.size()});
   request(kSet, body, timeout_);
 }
 
 std::vector<char> TcpStore::get(const std::string& key) {
   wait({key}, timeout_);
   std::vector<uint8_t> body;
-  put_string(body, key);
+  ByteWriter(body).string(key);
   Reply reply = request(kGet, body, timeout_);
   if (reply.status != kOk) {
     throw CommError(detail::concat("rendezvous: key '", key, "' vanished from the store"));
   }
-  Reader r{reply.body.data(), reply.body.size()};
-  const std::string value = r.str(kMaxValueBytes);
+  const std::string value = reply_string(reply.body, kMaxValueBytes);
   return std::vector<char>(value.begin(), value.end());
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
   DGC_CHECK_LE(keys.size(), kMaxCheckKeys, "too many keys in one check");
   std::vector<uint8_t> body;
-  put_u32(body, static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) put_string(body, k);
+  ByteWriter writer(body);
+  writer.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& k : keys) writer.string(k);
   Reply reply = request(kCheck, body, timeout_);
   return !reply.body.empty() && reply.body[0] == 1;
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/core/bytes.h"
 
 namespace dgc::comm {
 
@@ -59,7 +60,10 @@ class TcpStoreService {
   size_t key_count() const { return data_.size(); }
 
  private:
+  // One request frame; a malformed one (truncated, a field over its bound) marks the
+  // connection dead.
   void handle(Connection& c, const uint8_t* body, size_t size);
+  void handle_request(Connection& c, ByteReader& request);
   void reply(Connection& c, uint8_t status, const std::vector<uint8_t>& fields = {});
   void refuse(Connection& c, int rank);
   void fail_all(const std::string& message);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/core/float16.h"
@@ -17,39 +18,6 @@ constexpr uint8_t kMagic[4] = {'D', 'G', 'C', '1'};
 constexpr size_t kHeaderBytes = kMessageHeaderBytes;
 constexpr size_t kRunIdOffset = 28;
 constexpr size_t kHeaderCrcOffset = 44;  // the header crc covers bytes [0, 44)
-constexpr size_t kMaxVarintBytes = 10;
-
-template <typename T>
-T swap_bytes(T value) {
-  T out = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out = static_cast<T>((out << 8) | ((value >> (8 * i)) & 0xFF));
-  return out;
-}
-
-template <typename T>
-void store_le(uint8_t* p, T value) {
-  if constexpr (std::endian::native == std::endian::big) value = swap_bytes(value);
-  std::memcpy(p, &value, sizeof(T));
-}
-
-template <typename T>
-T load_le(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  if constexpr (std::endian::native == std::endian::big) value = swap_bytes(value);
-  return value;
-}
-
-uint8_t* put_varint(uint8_t* p, uint64_t x) {
-  while (x >= 0x80) {
-    *p++ = static_cast<uint8_t>(x) | 0x80;
-    x >>= 7;
-  }
-  *p++ = static_cast<uint8_t>(x);
-  return p;
-}
-
 size_t value_bytes(ValueType type) { return type == ValueType::kFloat32 ? 4 : 2; }
 
 bool known_value_type(uint8_t type) { return type <= static_cast<uint8_t>(ValueType::kBFloat16); }
@@ -78,18 +46,14 @@ class Reader {
   // A canonical LEB128 varint of at most 64 bits (no overlong encodings).
   uint64_t varint(uint32_t entry, const char* field) {
     uint64_t result = 0;
-    for (size_t i = 0; i < kMaxVarintBytes; ++i) {
-      if (p_ == end_) {
+    switch (get_varint(p_, end_, result)) {
+      case VarintRead::kOk:
+        return result;
+      case VarintRead::kTruncated:
         fail(DecodeError::Reason::kMalformed,
              detail::concat("tensor entry ", entry, ": ", field, " runs past the payload end"));
-      }
-      const uint8_t byte = *p_++;
-      if (i == kMaxVarintBytes - 1 && byte > 1) break;  // would exceed 64 bits
-      result |= static_cast<uint64_t>(byte & 0x7F) << (7 * i);
-      if ((byte & 0x80) == 0) {
-        if (byte == 0 && i > 0) break;  // overlong
-        return result;
-      }
+      case VarintRead::kNotCanonical:
+        break;
     }
     fail(DecodeError::Reason::kMalformed,
          detail::concat("tensor entry ", entry, ": ", field, " is not a canonical 64-bit varint"));
@@ -103,17 +67,6 @@ class Reader {
   const uint8_t* p_;
   const uint8_t* end_;
 };
-
-// Reads a varint of an already validated message (no bounds checks: validation proved it ends
-// inside the payload).
-inline uint64_t validated_varint(const uint8_t*& p) {
-  uint64_t x = 0;
-  for (int shift = 0;; shift += 7) {
-    const uint8_t byte = *p++;
-    x |= static_cast<uint64_t>(byte & 0x7F) << shift;
-    if ((byte & 0x80) == 0) return x;
-  }
-}
 
 // Validates the whole message and returns its summary; throws dgc::DecodeError.
 MessageInfo parse(std::span<const uint8_t> message, std::span<const uint64_t> expected_numels,
@@ -285,13 +238,13 @@ void walk_validated(const ValidatedMessage& message, std::vector<uint64_t>& indi
   const size_t width = value_bytes(info.value_type);
   const uint8_t* p = message.bytes().data() + kHeaderBytes;
   for (uint32_t entry = 0; entry < info.tensor_count; ++entry) {
-    const uint64_t id = validated_varint(p);
-    validated_varint(p);  // numel: validation matched it to the layout
-    const uint64_t count = validated_varint(p);
+    const uint64_t id = get_varint_unchecked(p);
+    get_varint_unchecked(p);  // numel: validation matched it to the layout
+    const uint64_t count = get_varint_unchecked(p);
     indices.resize(count);
     uint64_t index = 0;
     for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t gap = validated_varint(p);
+      const uint64_t gap = get_varint_unchecked(p);
       index = j == 0 ? gap : index + 1 + gap;
       indices[j] = index;
     }

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/core/key_value.h"
@@ -22,57 +23,8 @@ namespace {
 constexpr char kMagic[8] = {'D', 'G', 'C', 'C', 'K', 'P', 'T', '\0'};
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
 
-template <typename T>
-void append(std::vector<uint8_t>& out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    out.push_back(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
-  }
-}
-
-void append_string(std::vector<uint8_t>& out, const std::string& s) {
-  append<uint32_t>(out, static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-
-// Bounds-checked reader over the file's bytes; every failure names the file.
-class Reader {
- public:
-  Reader(const std::string& path, std::span<const uint8_t> bytes) : path_(path), bytes_(bytes) {}
-
-  template <typename T>
-  T take() {
-    need(sizeof(T));
-    uint64_t value = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t{bytes_[pos_ + i]} << (8 * i);
-    pos_ += sizeof(T);
-    return static_cast<T>(value);
-  }
-  std::string take_string() {
-    const uint32_t size = take<uint32_t>();
-    need(size);
-    std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), size);
-    pos_ += size;
-    return s;
-  }
-  std::span<const uint8_t> take_bytes(uint64_t size) {
-    need(size);
-    auto s = bytes_.subspan(pos_, static_cast<size_t>(size));
-    pos_ += static_cast<size_t>(size);
-    return s;
-  }
-  size_t remaining() const { return bytes_.size() - pos_; }
-
- private:
-  void need(uint64_t size) const {
-    if (size > remaining()) {
-      throw DataError(detail::concat("checkpoint ", path_, " is truncated or corrupt: needs ", size,
-                                     " more bytes at offset ", pos_, ", has ", remaining()));
-    }
-  }
-  const std::string& path_;
-  std::span<const uint8_t> bytes_;
-  size_t pos_ = 0;
-};
+// Names and dtypes are short; a longer one is a corrupt file, refused before it is allocated.
+constexpr uint64_t kMaxNameBytes = uint64_t{1} << 20;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -131,17 +83,14 @@ void CheckpointFile::get_floats(const std::string& name, std::span<float> out) c
 
 std::vector<uint8_t> CheckpointFile::serialize() const {
   std::vector<uint8_t> bytes(std::begin(kMagic), std::end(kMagic));
-  append<uint32_t>(bytes, kCheckpointVersion);
-  append<uint32_t>(bytes, static_cast<uint32_t>(records_.size()));
+  ByteWriter out(bytes);
+  out.u32(kCheckpointVersion).u32(static_cast<uint32_t>(records_.size()));
   for (const auto& [name, record] : records_) {
-    append_string(bytes, name);
-    append_string(bytes, record.dtype);
-    append<uint32_t>(bytes, static_cast<uint32_t>(record.shape.size()));
-    for (const int64_t dim : record.shape) append<int64_t>(bytes, dim);
-    append<uint64_t>(bytes, record.data.size());
-    bytes.insert(bytes.end(), record.data.begin(), record.data.end());
+    out.string(name).string(record.dtype).u32(static_cast<uint32_t>(record.shape.size()));
+    for (const int64_t dim : record.shape) out.i64(dim);
+    out.u64(record.data.size()).raw(record.data);
   }
-  append<uint32_t>(bytes, crc32_of(bytes));
+  out.u32(crc32_of(bytes));
   return bytes;
 }
 
@@ -204,42 +153,46 @@ CheckpointFile CheckpointFile::parse(std::span<const uint8_t> bytes, const std::
   }
   const std::span<const uint8_t> all = bytes;
   const auto body = all.first(all.size() - 4);
-  Reader tail(path, all.last(4));
-  if (tail.take<uint32_t>() != crc32_of(body)) {
+  if (load_le<uint32_t>(all.last(4).data()) != crc32_of(body)) {
     throw DataError("checkpoint " + path + " is truncated or corrupt (checksum mismatch)");
   }
-  Reader reader(path, body.subspan(sizeof(kMagic)));
-  const uint32_t version = reader.take<uint32_t>();
-  if (version != kCheckpointVersion) {
-    throw DataError(detail::concat("checkpoint ", path, " has format version ", version,
-                                   ", this program reads version ", kCheckpointVersion));
-  }
-  CheckpointFile file;
-  file.path_ = path;
-  const uint32_t count = reader.take<uint32_t>();
-  for (uint32_t i = 0; i < count; ++i) {
-    std::string name = reader.take_string();
-    CheckpointRecord record;
-    record.dtype = reader.take_string();
-    const uint32_t rank = reader.take<uint32_t>();
-    if (rank > 16) {
-      throw DataError(detail::concat("checkpoint ", path, ": record '", name, "' has rank ", rank));
+  try {
+    ByteReader reader(body.subspan(sizeof(kMagic)), "checkpoint " + path);
+    const uint32_t version = reader.u32("format version");
+    if (version != kCheckpointVersion) {
+      throw DataError(detail::concat("checkpoint ", path, " has format version ", version,
+                                     ", this program reads version ", kCheckpointVersion));
     }
-    for (uint32_t d = 0; d < rank; ++d) record.shape.push_back(reader.take<int64_t>());
-    const uint64_t size = reader.take<uint64_t>();
-    if (size > kMaxRecordBytes) {
-      throw DataError(
-          detail::concat("checkpoint ", path, ": record '", name, "' claims ", size, " bytes"));
+    CheckpointFile file;
+    file.path_ = path;
+    const uint32_t count = reader.u32("record count");
+    for (uint32_t i = 0; i < count; ++i) {
+      std::string name = reader.string(kMaxNameBytes, "record name");
+      CheckpointRecord record;
+      record.dtype = reader.string(kMaxNameBytes, "record dtype");
+      const uint32_t rank = reader.u32("record rank");
+      if (rank > 16) {
+        throw DataError(
+            detail::concat("checkpoint ", path, ": record '", name, "' has rank ", rank));
+      }
+      for (uint32_t d = 0; d < rank; ++d) record.shape.push_back(reader.i64("record shape"));
+      const uint64_t size = reader.u64("record size");
+      if (size > kMaxRecordBytes) {
+        throw DataError(
+            detail::concat("checkpoint ", path, ": record '", name, "' claims ", size, " bytes"));
+      }
+      const auto data = reader.raw(size, "record data");
+      record.data.assign(data.begin(), data.end());
+      file.records_[std::move(name)] = std::move(record);
     }
-    const auto data = reader.take_bytes(size);
-    record.data.assign(data.begin(), data.end());
-    file.records_[std::move(name)] = std::move(record);
+    if (reader.remaining() != 0) {
+      throw DataError(detail::concat("checkpoint ", path, " has ", reader.remaining(),
+                                     " unexpected bytes after its records"));
+    }
+    return file;
+  } catch (const DecodeError& e) {
+    throw DataError(e.what());  // a checkpoint's errors are DataErrors, with the same message
   }
-  if (reader.remaining() != 0) {
-    throw DataError(detail::concat("checkpoint ", path, " has ", reader.remaining(),
-                                   " unexpected bytes after its records"));
-  }
-  return file;
 }
 
 std::string bytes_text(const ExchangeBytes& b) {

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/clip.h"
 #include "dgc/core/error.h"
 #include "dgc/core/schedule.h"
@@ -138,13 +139,11 @@ void DistributedOptimizer::synchronize_buffers() {
 
 void DistributedOptimizer::check_agreement() {
   uint8_t mine[8];
-  for (int i = 0; i < 8; ++i)
-    mine[i] = static_cast<uint8_t>(static_cast<uint64_t>(iteration()) >> (8 * i));
+  store_le(mine, static_cast<uint64_t>(iteration()));
   const auto all = comm_.allgatherv(mine, options().timeout);
   for (size_t r = 0; r < all.size(); ++r) {
     DGC_CHECK_EQ(all[r].size(), 8u, "iteration message from rank ", r);
-    uint64_t theirs = 0;
-    for (int i = 0; i < 8; ++i) theirs |= uint64_t{all[r][i]} << (8 * i);
+    const uint64_t theirs = load_le<uint64_t>(all[r].data());
     if (theirs != static_cast<uint64_t>(iteration())) {
       throw MismatchError(
           detail::concat("rank ", r, " is at iteration ", theirs, " but rank ", comm_.rank(),
