@@ -80,6 +80,18 @@ LearningRateSchedule::Decay parse_decay(const std::string& name) {
   throw InvalidArgument("unknown --lr-decay '" + name + "': expected cosine or constant");
 }
 
+// An on/off setting as two flags, --NAME and --no-NAME; the last one given wins. (CLI11's
+// "--NAME,!--no-NAME" prints "{false}" beside the pair, which reads as the default; the help
+// says the default instead.)
+void add_switch(CLI::App& sub, const std::string& name, bool& target, const std::string& help) {
+  sub.add_flag_callback("--" + name, [&target] { target = true; }, help);
+  sub.add_flag_callback("--no-" + name, [&target] { target = false; }, "Turn --" + name + " off");
+}
+
+bool switch_given(const CLI::App& sub, const std::string& name) {
+  return sub.count("--" + name) + sub.count("--no-" + name) > 0;
+}
+
 double ratio(uint64_t dense, uint64_t message) {
   return message > 0 ? static_cast<double>(dense) / static_cast<double>(message) : 0.0;
 }
@@ -165,7 +177,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
     if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
     if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
     if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
-    if (sub.count("--masking") == 0) opt.compressor.momentum.masking = D::kMasking;
+    if (!switch_given(sub, "masking")) opt.compressor.momentum.masking = D::kMasking;
   } else if (cmd.task == "speech") {
     options.model = "gru";
     using D = train::SpeechTrainDefaults;
@@ -543,14 +555,14 @@ void add_train(CLI::App& app) {
   sub->add_option("--momentum", opt.compressor.momentum.momentum, "Momentum m")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  sub->add_flag("--nesterov,!--no-nesterov", opt.compressor.momentum.nesterov,
-                std::string("Nesterov momentum (default: ") +
-                    (opt.compressor.momentum.nesterov ? "on)" : "off)"));
-  sub->add_flag("--masking,!--no-masking", opt.compressor.momentum.masking,
-                std::string("Momentum factor masking: zero the momentum where the velocity was "
-                            "sent (default: ") +
-                    (opt.compressor.momentum.masking ? "on" : "off") +
-                    (train::LmTrainDefaults::kMasking ? "" : "; lm: off") + ")");
+  add_switch(*sub, "nesterov", opt.compressor.momentum.nesterov,
+             std::string("Nesterov momentum (default: ") +
+                 (opt.compressor.momentum.nesterov ? "on)" : "off)"));
+  add_switch(*sub, "masking", opt.compressor.momentum.masking,
+             std::string("Momentum factor masking: zero the momentum where the velocity was "
+                         "sent (default: ") +
+                 (opt.compressor.momentum.masking ? "on" : "off") +
+                 (train::LmTrainDefaults::kMasking ? "" : "; lm: off") + ")");
   sub->add_option("--selection", cmd->selection,
                   "Threshold selection: sampled (the paper's) or exact (top-k)")
       ->check(CLI::IsMember({"sampled", "exact"}))

@@ -175,6 +175,15 @@ if "$dgc" train "${small[@]}" --selection-scope layer >"$work/bad" 2>&1; then
 fi
 grep -q -- "--selection-scope" "$work/bad" || fail "$(cat "$work/bad")"
 
+# A misspelt command is named, with the command meant, at every level.
+status=0
+"$dgc" trian --epochs 1 >"$work/bad" 2>&1 || status=$?
+((status == 2)) || fail "dgc trian exited $status: $(cat "$work/bad")"
+grep -q "'trian' is not a command of dgc; did you mean 'dgc train'?" "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" --help | grep -q '^  bench'; then
+  if "$dgc" bench exchnage >"$work/bad" 2>&1; then fail "dgc bench exchnage accepted"; fi
+  grep -q "did you mean 'dgc bench exchange'?" "$work/bad" || fail "$(cat "$work/bad")"
+fi
 if "$dgc" train --data "$work/none" >"$work/nodata" 2>&1; then fail "missing data accepted"; fi
 grep -q "dataset-fashion-mnist" "$work/nodata" || fail "$(cat "$work/nodata")"
 
