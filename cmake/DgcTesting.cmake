@@ -42,3 +42,17 @@ function(dgc_add_test)
                          PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
   endif()
 endfunction()
+
+# dgc_add_output_test(NAME name PATTERN regex [LABELS l...] [TIMEOUT s] COMMAND cmd args...)
+# A test of a command's output that also fails when the command fails. (CTest's
+# PASS_REGULAR_EXPRESSION alone ignores the exit status: a command that printed the pattern and
+# then crashed would pass.) The command runs through cmake/expect_output.sh.
+function(dgc_add_output_test)
+  cmake_parse_arguments(ARG "" "NAME;PATTERN;TIMEOUT" "LABELS;COMMAND" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 120)
+  endif()
+  add_test(NAME ${ARG_NAME}
+    COMMAND ${PROJECT_SOURCE_DIR}/cmake/expect_output.sh ${ARG_PATTERN} ${ARG_COMMAND})
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()
