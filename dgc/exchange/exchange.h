@@ -32,20 +32,10 @@
 #include "dgc/core/policy.h"
 #include "dgc/core/selection.h"
 #include "dgc/exchange/algorithm.h"
+#include "dgc/exchange/handshake.h"
+#include "dgc/exchange/layout.h"
 
 namespace dgc {
-
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  TensorPath path = TensorPath::kDense;
-  int64_t numel() const;
-};
-
-// Builds the layout of a model: path chosen by the policy for each (name, shape), order kept.
-std::vector<TensorSpec> make_layout(
-    const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
-    const PolicyOptions& policy);
 
 struct ExchangeOptions {
   ValueType value_type = ValueType::kFloat32;
@@ -87,8 +77,8 @@ struct ExchangeBytes {
   // The messages' headers (kMessageHeaderBytes each) and, with a job key, their tags and the
   // dense path's tag (kTagBytes each).
   uint64_t message_headers = 0;
-  uint64_t dense_gradient = 0;   // 4 bytes x every element of every tensor (the paper's baseline)
-  uint64_t wire_sent = 0;        // bytes this rank sent in the collectives
+  uint64_t dense_gradient = 0;  // 4 bytes x every element of every tensor (the paper's baseline)
+  uint64_t wire_sent = 0;       // bytes this rank sent in the collectives
   uint64_t wire_received = 0;
   uint64_t dense_wire_sent = 0;  // what a dense ring allreduce of the whole gradient would send
   ExchangeBytes& operator+=(const ExchangeBytes& other);
@@ -109,22 +99,6 @@ struct ExchangeTimings {
   double decode = 0.0;
   double total() const { return encode + collective + validate + decode; }
 };
-
-// Start-up handshake: every rank checks that all ranks have the same world size, the same layout
-// (names, shapes, paths, order) and the same settings. On any difference every rank throws
-// dgc::MismatchError naming the first difference and the ranks involved. Returns the job's run
-// id: rank 0's random_run_id(), the same on every rank.
-// With `auth` every rank's description carries a tag under it, bound to the sender's rank; a
-// rank whose tag does not verify (another secret) makes every rank throw
-// dgc::AuthenticationError, and ranks of which some have a key and some not throw
-// dgc::MismatchError, both naming the ranks.
-RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
-                const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout,
-                const MessageAuthenticator* auth = nullptr);
-
-// Overwrites every rank's `parameters` with rank 0's.
-void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
-                          comm::Timeout timeout = comm::kDefaultTimeout);
 
 class Exchange {
  public:
