@@ -1,5 +1,5 @@
 // The settings every rank must agree on: the start-up handshake's description of a rank (binary,
-// from a peer: dgc/exchange/exchange.h handshake), and the "key=value" settings text it and the
+// from a peer: handshake in dgc/exchange/handshake.h), and the "key=value" settings text it and the
 // checkpoints carry (parse_key_value_lines in dgc/core/key_value.h, which also reads the
 // rendezvous records; describe_settings_difference in dgc/train/checkpoint.h).
 //

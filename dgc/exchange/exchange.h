@@ -2,10 +2,15 @@
 //
 // Per iteration every rank encodes its selections for all compressed tensors into one message
 // (the core codec, with the bad-gradient flag in its checksummed header), the messages travel by
-// the configured algorithm (algorithm.h: allgather, direct all-to-all, or the sparse allreduce
-// of sparse_allreduce.h), and every rank decodes them into the update buffers (colliding indices
-// add), scaled by 1/N. Tensors on the dense path travel fused in one flat buffer, one allreduce
-// per iteration, averaged.
+// the configured algorithm (algorithm.h: allgather or direct all-to-all in allgather.h, or the
+// sparse allreduce of sparse_allreduce.h), and every rank decodes them into the update buffers
+// (colliding indices add), scaled by 1/N. Tensors on the dense path travel fused in one flat
+// buffer, one allreduce per iteration, averaged (dense_path.h).
+//
+// Where the pieces live: the layout in layout.h, the start-up handshake and the parameter
+// broadcast in handshake.h, what the algorithms share (job identity, encoder, validation, phase
+// clock) in context.h. Exchange::run below strings them together and is the one place that
+// counts bytes (ExchangeBytes) and times phases (ExchangeTimings).
 //
 // Job identity: rank 0 draws a random run id (auth.h) and every rank learns it at the handshake;
 // every message carries it and the iteration, and a message of another job or another iteration
@@ -32,20 +37,12 @@
 #include "dgc/core/policy.h"
 #include "dgc/core/selection.h"
 #include "dgc/exchange/algorithm.h"
+#include "dgc/exchange/context.h"
+#include "dgc/exchange/handshake.h"
+#include "dgc/exchange/layout.h"
+#include "dgc/exchange/sparse_allreduce.h"
 
 namespace dgc {
-
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  TensorPath path = TensorPath::kDense;
-  int64_t numel() const;
-};
-
-// Builds the layout of a model: path chosen by the policy for each (name, shape), order kept.
-std::vector<TensorSpec> make_layout(
-    const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
-    const PolicyOptions& policy);
 
 struct ExchangeOptions {
   ValueType value_type = ValueType::kFloat32;
@@ -87,8 +84,8 @@ struct ExchangeBytes {
   // The messages' headers (kMessageHeaderBytes each) and, with a job key, their tags and the
   // dense path's tag (kTagBytes each).
   uint64_t message_headers = 0;
-  uint64_t dense_gradient = 0;   // 4 bytes x every element of every tensor (the paper's baseline)
-  uint64_t wire_sent = 0;        // bytes this rank sent in the collectives
+  uint64_t dense_gradient = 0;  // 4 bytes x every element of every tensor (the paper's baseline)
+  uint64_t wire_sent = 0;       // bytes this rank sent in the collectives
   uint64_t wire_received = 0;
   uint64_t dense_wire_sent = 0;  // what a dense ring allreduce of the whole gradient would send
   ExchangeBytes& operator+=(const ExchangeBytes& other);
@@ -110,22 +107,6 @@ struct ExchangeTimings {
   double total() const { return encode + collective + validate + decode; }
 };
 
-// Start-up handshake: every rank checks that all ranks have the same world size, the same layout
-// (names, shapes, paths, order) and the same settings. On any difference every rank throws
-// dgc::MismatchError naming the first difference and the ranks involved. Returns the job's run
-// id: rank 0's random_run_id(), the same on every rank.
-// With `auth` every rank's description carries a tag under it, bound to the sender's rank; a
-// rank whose tag does not verify (another secret) makes every rank throw
-// dgc::AuthenticationError, and ranks of which some have a key and some not throw
-// dgc::MismatchError, both naming the ranks.
-RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
-                const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout,
-                const MessageAuthenticator* auth = nullptr);
-
-// Overwrites every rank's `parameters` with rank 0's.
-void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
-                          comm::Timeout timeout = comm::kDefaultTimeout);
-
 class Exchange {
  public:
   // Runs the handshake; the requested and the resolved algorithm are among the settings every
@@ -136,13 +117,13 @@ class Exchange {
   // The algorithm run() uses (never kAuto).
   ExchangeAlgorithm algorithm() const { return algorithm_; }
   // The job's run id (from the handshake) and whether messages are authenticated (a job key).
-  const RunId& run_id() const { return run_id_; }
-  bool authenticated() const { return authenticator_.has_value(); }
+  const RunId& run_id() const { return job_.run_id; }
+  bool authenticated() const { return job_.authenticator.has_value(); }
 
   const std::vector<TensorSpec>& layout() const { return layout_; }
   // Indices into layout() of the compressed and dense tensors, in layout order.
-  const std::vector<size_t>& compressed_tensors() const { return compressed_; }
-  const std::vector<size_t>& dense_tensors() const { return dense_; }
+  const std::vector<size_t>& compressed_tensors() const { return index_.compressed; }
+  const std::vector<size_t>& dense_tensors() const { return index_.dense; }
 
   // One iteration.
   //   selections[i]: this rank's selection for compressed tensor i (compressed_tensors()[i]).
@@ -178,60 +159,40 @@ class Exchange {
   // Makes the next run() zero the update buffers in full (not thread-safe with run()).
   void forget_updates();
 
-  const ExchangeBytes& last() const { return last_; }
+  const ExchangeBytes& last() const { return last_.bytes; }
   const ExchangeBytes& total() const { return total_; }
-  const ExchangeTimings& last_timings() const { return timings_; }
+  const ExchangeTimings& last_timings() const { return last_.timings; }
   // Elements the last run() added into the updates, over all tensors: allgather and direct count
   // a position once per rank that selected it, sparse-allreduce counts distinct positions.
-  uint64_t last_applied() const { return applied_; }
+  uint64_t last_applied() const { return last_.applied; }
   // sparse-allreduce: the current region bounds in the global index space (size N + 1).
-  const std::vector<uint64_t>& region_bounds() const { return bounds_; }
+  const std::vector<uint64_t>& region_bounds() const { return sparse_.bounds; }
 
  private:
-  // The messages of one iteration by algorithm: on return `received` holds every message this
-  // rank decodes into its updates (one per rank), validated.
-  void exchange_messages(uint64_t iteration, std::span<const Selection> selections, uint16_t flags,
-                         int& flagged);
-  void sparse_allreduce(uint64_t iteration, std::span<const Selection> selections, uint16_t flags,
-                        int& flagged);
-  // Validates received_[r] as sent by rank r to `receiver` (kEveryRank or this rank).
-  void validate_all(uint64_t iteration, const char* what, uint32_t receiver, int& flagged);
-  // Finishes `writer` into `out`, tagged for `receiver` when the job has a key.
-  void finish(MessageWriter& writer, std::vector<uint8_t>& out, uint32_t receiver);
-  // Appends compressed tensor i's entry to `writer` and counts its bytes in last_.
-  void add_entry(MessageWriter& writer, size_t i, std::span<const uint32_t> indices,
-                 std::span<const float> values);
-  // The dense path's collective: dense_flat replaced by the sum over ranks (not yet / N).
-  void sum_dense(uint64_t iteration, std::span<float> dense_flat);
+  // Per compressed tensor, the positions the last run() wrote into `buffers`; valid only while
+  // `known` (see run(): the next call resets only these).
+  struct WrittenPositions {
+    std::vector<std::vector<uint64_t>> positions;
+    std::vector<std::span<float>> buffers;
+    bool known = false;
+  };
+  // What the last run() measured.
+  struct LastRun {
+    ExchangeBytes bytes;
+    ExchangeTimings timings;
+    uint64_t applied = 0;
+  };
 
   comm::Communicator& comm_;
   std::vector<TensorSpec> layout_;
+  LayoutIndex index_;
   ExchangeOptions options_;
-  std::vector<size_t> compressed_;
-  std::vector<size_t> dense_;
-  std::vector<uint64_t> compressed_numels_;
-  uint64_t dense_numel_ = 0;  // elements of all dense-path tensors
-  uint64_t total_numel_ = 0;  // elements of all tensors
   ExchangeAlgorithm algorithm_ = ExchangeAlgorithm::kAllgather;
-  RunId run_id_{};
-  std::optional<MessageAuthenticator> authenticator_;
-  std::vector<uint64_t> offsets_;  // global index of each compressed tensor's first element
-  std::optional<size_t> group_;    // index into compressed_ of the dense-path group
-  std::vector<uint8_t> message_;
-  std::vector<std::vector<uint8_t>> received_;  // the messages of the current phase, by rank
-  std::vector<ValidatedMessage> validated_;     // ... validated (refer into received_)
-  // sparse-allreduce state
-  std::vector<uint64_t> bounds_;
-  uint64_t sparse_runs_ = 0;
-  std::vector<std::vector<uint8_t>> owner_messages_;
-  ExchangeTimings timings_;
-  uint64_t applied_ = 0;
-  // Per compressed tensor, the positions the last run() wrote into the buffers in
-  // written_buffers_; valid only while written_known_.
-  std::vector<std::vector<uint64_t>> written_;
-  std::vector<std::span<float>> written_buffers_;
-  bool written_known_ = false;
-  ExchangeBytes last_;
+  JobIdentity job_;
+  MessageBuffers buffers_;
+  SparseAllreduceState sparse_;
+  WrittenPositions written_;
+  LastRun last_;
   ExchangeBytes total_;
 };
 

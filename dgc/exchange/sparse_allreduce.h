@@ -1,6 +1,8 @@
-// The pieces of the sparse allreduce (ExchangeAlgorithm::kSparseAllreduce) that need no
-// communication: region bounds, the owner's reduction and its re-selection. Exchange::run
-// composes them with two Communicator::alltoallv calls. Pure functions, thread-safe.
+// The sparse allreduce (ExchangeAlgorithm::kSparseAllreduce): its driver, sparse_allreduce()
+// (collective: every rank calls it in the same iteration), and the pieces that need no
+// communication (namespace sparse: region bounds, the owner's reduction and re-selection, the
+// hand-back; pure functions, thread-safe). Exchange::run calls the driver for steps 1-4, decodes
+// the kept sums, then calls sparse::hand_back and rebalance_regions for steps 5-6.
 //
 // The algorithm is Ok-Topk's split-and-reduce (Li & Hoefler, PPoPP'22), with DGC's semantics:
 //   1. the global index space (the compressed tensors concatenated in layout order) is split
@@ -35,6 +37,43 @@
 #include <span>
 #include <vector>
 
+#include "dgc/core/selection.h"
+#include "dgc/exchange/context.h"
+
+namespace dgc {
+
+// What the sparse allreduce keeps from one iteration to the next.
+struct SparseAllreduceState {
+  // The region bounds in the global index space (size N + 1), the same on every rank.
+  std::vector<uint64_t> bounds;
+  uint64_t runs = 0;  // runs that ended with the kept sums applied (for the re-balance interval)
+  std::vector<std::vector<uint8_t>> owner_messages;  // this rank's message to each owner, reused
+};
+
+struct SparseAllreduceOptions {
+  MessageContext context;
+  SparseAllreduceState& state;  // read (bounds) and its buffers reused; must outlive the call
+};
+
+// Steps 1-4. On return context.buffers.validated holds the owners' kept sums, one message per
+// owner (index = owner), each checked to lie in its owner's region; context.buffers.message is
+// this rank's kept sums. When the result's `flagged` > 0 it returns after step 2 instead (every
+// rank saw every rank's flag, so all stop there together) and the validated messages are the
+// region messages, not to be applied. Only the region messages count as this rank's
+// contribution (the result's `sent`). Laps the clock phase by phase. Throws dgc::CommError,
+// dgc::DecodeError (naming the sender; kOutOfRange when the ranks disagree on the bounds).
+AlgorithmResult sparse_allreduce(const SparseAllreduceOptions& options);
+
+// Step 6, after a run whose kept sums were applied: counts the run and, every `interval` runs
+// (every run with interval 1), recomputes state.bounds with balanced_bounds from the applied
+// positions. applied[i]: the positions of compressed tensor i that were applied, sorted, each
+// once; offsets: LayoutIndex::offsets. No communication: the applied set is the same on every
+// rank, so every rank computes the same bounds.
+void rebalance_regions(SparseAllreduceState& state, std::span<const std::vector<uint64_t>> applied,
+                       std::span<const uint64_t> offsets, int interval, int world_size);
+
+}  // namespace dgc
+
 namespace dgc::sparse {
 
 struct Entry {
@@ -63,5 +102,9 @@ uint64_t quota(uint64_t contributions, int world_size);
 // Keeps the `quota` entries of largest |value| (ties: the lower index), sorted by index. All of
 // them when quota >= entries.size().
 void keep_largest(std::vector<Entry>& entries, uint64_t quota);
+
+// Step 5 for one tensor: appends to `unapplied` the (index, value) pairs of `selected` whose
+// index is not in `applied` (sorted, each once), in selection order.
+void hand_back(const Selection& selected, std::span<const uint64_t> applied, Selection& unapplied);
 
 }  // namespace dgc::sparse

@@ -1,0 +1,90 @@
+#include "dgc/exchange/dense_path.h"
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dgc/core/error.h"
+#include "dgc/core/float16.h"
+
+namespace dgc {
+
+uint64_t sum_dense_path(const DensePathOptions& options, std::span<float> dense_flat) {
+  const MessageAuthenticator* auth = options.job.auth();
+  const uint64_t iteration = options.iteration;
+  if (options.value_type == ValueType::kFloat32 && auth == nullptr) {
+    options.comm.allreduce_sum(dense_flat, options.timeout);
+    return 0;
+  }
+  // One buffer per rank, little endian (fp32, or 16-bit values), with a job key followed by its
+  // tag over the run id, the iteration and the sender.
+  const auto type = options.value_type;
+  const size_t width = type == ValueType::kFloat32 ? 4 : 2;
+  const size_t values_bytes = width * dense_flat.size();
+  std::vector<uint8_t> mine(values_bytes);
+  for (size_t e = 0; e < dense_flat.size(); ++e) {
+    const uint32_t bits = type == ValueType::kFloat32   ? std::bit_cast<uint32_t>(dense_flat[e])
+                          : type == ValueType::kFloat16 ? fp16_from_float(dense_flat[e])
+                                                        : bf16_from_float(dense_flat[e]);
+    for (size_t b = 0; b < width; ++b) mine[width * e + b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  const auto tag_input = [&](int sender) {
+    std::array<uint8_t, 4 + kRunIdBytes + 8 + 4> out{'D', 'G', 'C', 'D'};
+    std::memcpy(out.data() + 4, options.job.run_id.data(), kRunIdBytes);
+    for (int i = 0; i < 8; ++i) {
+      out[4 + kRunIdBytes + i] = static_cast<uint8_t>(iteration >> (8 * i));
+    }
+    for (int i = 0; i < 4; ++i) {
+      out[4 + kRunIdBytes + 8 + i] = static_cast<uint8_t>(static_cast<uint32_t>(sender) >> (8 * i));
+    }
+    return out;
+  };
+  if (auth != nullptr) {
+    const Tag tag = auth->tag({tag_input(options.comm.rank()), mine});
+    mine.insert(mine.end(), tag.begin(), tag.end());
+  }
+  const auto all = options.comm.allgatherv(mine, options.timeout);
+  const auto value = [type, width](const std::vector<uint8_t>& bytes, size_t e) {
+    uint32_t bits = 0;
+    for (size_t b = 0; b < width; ++b) bits |= uint32_t{bytes[width * e + b]} << (8 * b);
+    return type == ValueType::kFloat32   ? std::bit_cast<float>(bits)
+           : type == ValueType::kFloat16 ? fp16_to_float(static_cast<uint16_t>(bits))
+                                         : bf16_to_float(static_cast<uint16_t>(bits));
+  };
+  // Every rank's buffer is checked before anything is written.
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != mine.size()) {
+      throw DecodeError(DecodeError::Reason::kMalformed,
+                        detail::concat("dense path from rank ", r, " (iteration ", iteration,
+                                       ") has ", all[r].size(), " bytes, expected ", mine.size(),
+                                       " (", dense_flat.size(), " ", to_string(type), " values",
+                                       auth != nullptr ? " and a tag" : "", ")"));
+    }
+    if (auth != nullptr && !auth->verify({tag_input(static_cast<int>(r)),
+                                          std::span<const uint8_t>(all[r]).first(values_bytes)},
+                                         std::span<const uint8_t>(all[r]).subspan(values_bytes))) {
+      throw DecodeError(DecodeError::Reason::kBadTag,
+                        detail::concat("dense path from rank ", r, " (iteration ", iteration,
+                                       "): authentication tag does not verify (altered, replayed "
+                                       "from another step or rank, or made without this job's "
+                                       "secret); refused"));
+    }
+    for (size_t e = 0; e < dense_flat.size(); ++e) {
+      if (!std::isfinite(value(all[r], e))) {
+        throw DecodeError(DecodeError::Reason::kMalformed,
+                          detail::concat("dense path from rank ", r, " (iteration ", iteration,
+                                         "): value ", e, " is not finite"));
+      }
+    }
+  }
+  for (size_t e = 0; e < dense_flat.size(); ++e) {
+    float sum = 0.0f;
+    for (const auto& bytes : all) sum += value(bytes, e);
+    dense_flat[e] = sum;
+  }
+  return auth != nullptr ? kTagBytes : 0;
+}
+
+}  // namespace dgc
