@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/error.h"
 #include "dgc/core/float16.h"
 
@@ -25,20 +26,19 @@ uint64_t sum_dense_path(const DensePathOptions& options, std::span<float> dense_
   const size_t values_bytes = width * dense_flat.size();
   std::vector<uint8_t> mine(values_bytes);
   for (size_t e = 0; e < dense_flat.size(); ++e) {
-    const uint32_t bits = type == ValueType::kFloat32   ? std::bit_cast<uint32_t>(dense_flat[e])
-                          : type == ValueType::kFloat16 ? fp16_from_float(dense_flat[e])
-                                                        : bf16_from_float(dense_flat[e]);
-    for (size_t b = 0; b < width; ++b) mine[width * e + b] = static_cast<uint8_t>(bits >> (8 * b));
+    uint8_t* at = mine.data() + width * e;
+    if (type == ValueType::kFloat32) {
+      store_le(at, std::bit_cast<uint32_t>(dense_flat[e]));
+    } else {
+      store_le(at, type == ValueType::kFloat16 ? fp16_from_float(dense_flat[e])
+                                               : bf16_from_float(dense_flat[e]));
+    }
   }
   const auto tag_input = [&](int sender) {
     std::array<uint8_t, 4 + kRunIdBytes + 8 + 4> out{'D', 'G', 'C', 'D'};
     std::memcpy(out.data() + 4, options.job.run_id.data(), kRunIdBytes);
-    for (int i = 0; i < 8; ++i) {
-      out[4 + kRunIdBytes + i] = static_cast<uint8_t>(iteration >> (8 * i));
-    }
-    for (int i = 0; i < 4; ++i) {
-      out[4 + kRunIdBytes + 8 + i] = static_cast<uint8_t>(static_cast<uint32_t>(sender) >> (8 * i));
-    }
+    store_le(out.data() + 4 + kRunIdBytes, static_cast<uint64_t>(iteration));
+    store_le(out.data() + 4 + kRunIdBytes + 8, static_cast<uint32_t>(sender));
     return out;
   };
   if (auth != nullptr) {
@@ -47,11 +47,10 @@ uint64_t sum_dense_path(const DensePathOptions& options, std::span<float> dense_
   }
   const auto all = options.comm.allgatherv(mine, options.timeout);
   const auto value = [type, width](const std::vector<uint8_t>& bytes, size_t e) {
-    uint32_t bits = 0;
-    for (size_t b = 0; b < width; ++b) bits |= uint32_t{bytes[width * e + b]} << (8 * b);
-    return type == ValueType::kFloat32   ? std::bit_cast<float>(bits)
-           : type == ValueType::kFloat16 ? fp16_to_float(static_cast<uint16_t>(bits))
-                                         : bf16_to_float(static_cast<uint16_t>(bits));
+    const uint8_t* at = bytes.data() + width * e;
+    return type == ValueType::kFloat32   ? std::bit_cast<float>(load_le<uint32_t>(at))
+           : type == ValueType::kFloat16 ? fp16_to_float(load_le<uint16_t>(at))
+                                         : bf16_to_float(load_le<uint16_t>(at));
   };
   // Every rank's buffer is checked before anything is written.
   for (size_t r = 0; r < all.size(); ++r) {

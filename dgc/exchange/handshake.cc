@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "dgc/core/bytes.h"
 #include "dgc/core/error.h"
 #include "dgc/core/key_value.h"
 
@@ -46,94 +47,47 @@ struct Description {
   std::string settings;
 };
 
-// The low `bytes` bytes of `v`, little endian.
-void put_le(std::vector<uint8_t>& out, uint64_t v, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u32(std::vector<uint8_t>& out, uint32_t v) { put_le(out, v, 4); }
-void put_i64(std::vector<uint8_t>& out, int64_t v) { put_le(out, static_cast<uint64_t>(v), 8); }
-void put_str(std::vector<uint8_t>& out, const std::string& s) {
-  put_u32(out, static_cast<uint32_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-
 std::vector<uint8_t> serialise(uint32_t world_size, std::span<const TensorSpec> layout,
                                const std::string& settings) {
-  std::vector<uint8_t> out = {'D', 'G', 'C', 'H'};
-  put_u32(out, kHandshakeVersion);
-  put_u32(out, world_size);
-  put_u32(out, static_cast<uint32_t>(layout.size()));
+  std::vector<uint8_t> out;
+  ByteWriter writer(out);
+  writer.raw("DGCH").u32(kHandshakeVersion).u32(world_size);
+  writer.u32(static_cast<uint32_t>(layout.size()));
   for (const auto& t : layout) {
-    put_str(out, t.name);
-    put_u32(out, static_cast<uint32_t>(t.shape.size()));
-    for (int64_t d : t.shape) put_i64(out, d);
-    out.push_back(static_cast<uint8_t>(t.path));
+    writer.string(t.name).u32(static_cast<uint32_t>(t.shape.size()));
+    for (int64_t d : t.shape) writer.i64(d);
+    writer.u8(static_cast<uint8_t>(t.path));
   }
-  put_str(out, settings);
+  writer.string(settings);
   return out;
 }
 
-class Parser {
- public:
-  explicit Parser(std::span<const uint8_t> data) : data_(data) {}
-  bool ok() const { return ok_; }
-  bool need(size_t n) {
-    if (!ok_ || data_.size() - pos_ < n) ok_ = false;
-    return ok_;
-  }
-  uint32_t u32() { return static_cast<uint32_t>(le(4)); }
-  int64_t i64() { return static_cast<int64_t>(le(8)); }
-  uint8_t u8() { return need(1) ? data_[pos_++] : 0; }
-  std::string str() {
-    const uint32_t n = u32();
-    if (n > kMaxHandshakeString || !need(n)) {
-      ok_ = false;
-      return {};
-    }
-    std::string s(reinterpret_cast<const char*>(data_.data() + pos_), n);
-    pos_ += n;
-    return s;
-  }
-  bool at_end() const { return ok_ && pos_ == data_.size(); }
-
- private:
-  // The next `bytes` bytes as a little-endian number; 0 (and not ok()) past the end.
-  uint64_t le(size_t bytes) {
-    if (!need(bytes)) return 0;
-    uint64_t v = 0;
-    for (size_t i = 0; i < bytes; ++i) v |= uint64_t{data_[pos_ + i]} << (8 * i);
-    pos_ += bytes;
-    return v;
-  }
-
-  std::span<const uint8_t> data_;
-  size_t pos_ = 0;
-  bool ok_ = true;
-};
-
-std::optional<Description> parse(std::span<const uint8_t> data) {
-  Parser p(data);
-  if (!p.need(4) || std::memcmp(data.data(), "DGCH", 4) != 0) return std::nullopt;
-  p.u8(), p.u8(), p.u8(), p.u8();
-  if (p.u32() != kHandshakeVersion) return std::nullopt;
+// A description another rank sent, or nothing when it is not one (any malformed field).
+std::optional<Description> parse(std::span<const uint8_t> data) try {
+  ByteReader p(data, "handshake description");
+  const auto magic = p.raw(4, "magic");
+  if (std::memcmp(magic.data(), "DGCH", 4) != 0) return std::nullopt;
+  if (p.u32("version") != kHandshakeVersion) return std::nullopt;
   Description d;
-  d.world_size = p.u32();
-  const uint32_t count = p.u32();
-  if (!p.ok() || count > data.size()) return std::nullopt;  // each tensor takes > 1 byte
+  d.world_size = p.u32("world size");
+  const uint32_t count = p.u32("tensor count");
+  if (count > data.size()) return std::nullopt;  // each tensor takes > 1 byte
   d.layout.resize(count);
   for (auto& t : d.layout) {
-    t.name = p.str();
-    const uint32_t ndim = p.u32();
-    if (!p.ok() || ndim > 64) return std::nullopt;
+    t.name = p.string(kMaxHandshakeString, "tensor name");
+    const uint32_t ndim = p.u32("dimensions");
+    if (ndim > 64) return std::nullopt;
     t.shape.resize(ndim);
-    for (auto& dim : t.shape) dim = p.i64();
-    const uint8_t path = p.u8();
+    for (auto& dim : t.shape) dim = p.i64("dimension");
+    const uint8_t path = p.u8("path");
     if (path > 1) return std::nullopt;
     t.path = static_cast<TensorPath>(path);
   }
-  d.settings = p.str();
-  if (!p.at_end()) return std::nullopt;
+  d.settings = p.string(kMaxHandshakeString, "settings");
+  if (p.remaining() != 0) return std::nullopt;
   return d;
+} catch (const DecodeError&) {
+  return std::nullopt;
 }
 
 // One thing all ranks must agree on, with each rank's value.
@@ -194,9 +148,7 @@ RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
   const auto tag_input = [](int rank) {
     std::array<uint8_t, kTagContext.size() + 4> out{};
     std::memcpy(out.data(), kTagContext.data(), kTagContext.size());
-    for (int i = 0; i < 4; ++i) {
-      out[kTagContext.size() + i] = static_cast<uint8_t>(static_cast<uint32_t>(rank) >> (8 * i));
-    }
+    store_le(out.data() + kTagContext.size(), static_cast<uint32_t>(rank));
     return out;
   };
   const RunId drawn = comm.rank() == 0 ? random_run_id() : RunId{};
@@ -287,13 +239,10 @@ void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<fl
   for (const auto& p : parameters) total += p.size();
   // Check the sizes first so that a mismatch is an error, not a hang or a garbled copy.
   uint8_t total_bytes[8];
-  for (int i = 0; i < 8; ++i) total_bytes[i] = static_cast<uint8_t>(total >> (8 * i));
+  store_le(total_bytes, total);
   const auto totals = comm.allgatherv(total_bytes, timeout);
   for (int r = 0; r < comm.size(); ++r) {
-    uint64_t theirs = 0;
-    if (totals[r].size() == 8) {
-      for (int i = 0; i < 8; ++i) theirs |= uint64_t{totals[r][i]} << (8 * i);
-    }
+    const uint64_t theirs = totals[r].size() == 8 ? load_le<uint64_t>(totals[r].data()) : 0;
     if (totals[r].size() != 8 || theirs != total) {
       throw MismatchError(detail::concat("broadcast_parameters: rank ", comm.rank(), " has ", total,
                                          " parameter elements but rank ", r, " has ", theirs,
