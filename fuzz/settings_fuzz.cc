@@ -11,6 +11,7 @@
 // exactly when it sent what this rank sent; parse_key_value_lines gives keys without '=' or
 // newline and values without newline; describe_settings_difference is "" exactly when the two
 // texts parse to the same settings.
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -31,22 +32,32 @@ using dgc::comm::Timeout;
 // the handshake's collective is implemented; anything else is a failure of the target.
 class PeerCommunicator final : public dgc::comm::Communicator {
  public:
-  explicit PeerCommunicator(std::vector<uint8_t> peer) : peer_(std::move(peer)) {}
+  explicit PeerCommunicator(std::vector<uint8_t> peer)
+      : Communicator(Timeout(1000)), peer_(std::move(peer)) {}
   int rank() const override { return 0; }
   int size() const override { return 2; }
   std::string backend() const override { return "fuzz"; }
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message, Timeout) override {
-    mine_.assign(message.begin(), message.end());
-    return {mine_, peer_};
+  const std::vector<uint8_t>& mine() const { return mine_; }
+
+ protected:
+  std::vector<uint64_t> allgather_sizes(uint64_t mine, const Call&) override {
+    return {mine, peer_.size()};
   }
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>>,
-                                              Timeout) override {
+  void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
+                          const Call&) override {
+    mine_.assign(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(sizes[0]));
+    if (!peer_.empty()) std::memcpy(flat.data() + sizes[0], peer_.data(), peer_.size());
+  }
+  std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t>, const Call&) override {
     std::abort();
   }
-  void allreduce_sum(std::span<float>, Timeout) override { std::abort(); }
-  void broadcast(std::span<uint8_t>, int, Timeout) override { std::abort(); }
-  void barrier(Timeout) override { std::abort(); }
-  const std::vector<uint8_t>& mine() const { return mine_; }
+  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>, std::span<uint8_t>,
+                         std::span<const uint64_t>, const Call&) override {
+    std::abort();
+  }
+  void allreduce_sum_primitive(std::span<float>, const Call&) override { std::abort(); }
+  void broadcast_primitive(std::span<uint8_t>, int, const Call&) override { std::abort(); }
+  void barrier_primitive(const Call&) override { std::abort(); }
 
  private:
   std::vector<uint8_t> peer_;

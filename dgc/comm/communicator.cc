@@ -1,11 +1,204 @@
 #include "dgc/comm/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
 
 namespace dgc::comm {
+
+Communicator::Communicator(Timeout default_timeout) : default_timeout_(default_timeout) {
+  DGC_CHECK(default_timeout.count() > 0, "a communicator's default timeout must be positive, got ",
+            default_timeout.count(), " ms");
+}
+
+Timeout Communicator::Call::remaining() const {
+  const auto left = std::chrono::duration_cast<Timeout>(deadline - Clock::now());
+  return std::max(left, Timeout(1));
+}
+
+Communicator::Call Communicator::begin(const char* op, Timeout timeout) const {
+  if (timeout == kUnsetTimeout) timeout = default_timeout_;
+  DGC_CHECK(timeout.count() > 0, op, ": a timeout must be positive (or kUnsetTimeout for the ",
+            "communicator's default), got ", timeout.count(), " ms");
+  if (!failure_.empty()) {
+    throw CommError(detail::concat(backend(), " ", op, " on rank ", rank(),
+                                   ": the communicator is unusable after an earlier error: ",
+                                   failure_));
+  }
+  const auto now = Clock::now();
+  return {op, timeout, now, now + timeout};
+}
+
+template <typename F>
+auto Communicator::guarded(F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    if (failure_.empty()) {
+      failure_ = e.what();
+      on_failure();
+    }
+    throw;
+  }
+}
+
+void Communicator::fail(const std::string& what) {
+  failure_ = what;
+  on_failure();
+  throw CommError(what);
+}
+
+void Communicator::check_announced(const char* op, std::span<const uint64_t> sizes) {
+  if (sizes.size() != static_cast<size_t>(size())) {
+    fail(detail::concat(op, ": the engine returned ", sizes.size(), " sizes for ", size(),
+                        " ranks"));
+  }
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] > kMaxMessageBytes) {
+      fail(detail::concat(op, ": rank ", r, " announced a message of ", sizes[r],
+                          " bytes, over the limit of ", kMaxMessageBytes,
+                          " (corrupt or mismatched peer)"));
+    }
+  }
+}
+
+ByteCounters Communicator::allgatherv_payload_bytes(std::span<const uint64_t> sizes) const {
+  return ring_allgatherv_bytes(sizes, rank());
+}
+
+std::vector<std::vector<uint8_t>> Communicator::allgatherv(std::span<const uint8_t> message,
+                                                           Timeout timeout) {
+  const Call call = begin("allgatherv", timeout);
+  const int n = size();
+  if (n == 1) return {std::vector<uint8_t>(message.begin(), message.end())};
+  // Sizes first: a fixed-size allgather of one u64 per rank.
+  const std::vector<uint64_t> sizes =
+      guarded([&] { return allgather_sizes(message.size(), call.phase("allgatherv (sizes)")); });
+  check_announced("allgatherv", sizes);
+  bytes_ += ring_allgatherv_bytes(std::vector<uint64_t>(n, sizeof(uint64_t)), rank());
+  // Then the payload with exact counts, this rank's message in place.
+  std::vector<size_t> offsets(n, 0);
+  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+  const uint64_t total = offsets[n - 1] + sizes[n - 1];
+  std::vector<uint8_t> flat(total);
+  if (!message.empty()) std::memcpy(flat.data() + offsets[rank()], message.data(), message.size());
+  if (total > 0) {
+    guarded([&] { allgatherv_payload(flat, sizes, call); });
+    bytes_ += allgatherv_payload_bytes(sizes);
+  }
+  std::vector<std::vector<uint8_t>> out(n);
+  for (int r = 0; r < n; ++r) {
+    const auto* first = flat.data() + offsets[r];
+    out[r].assign(first, first + sizes[r]);
+  }
+  on_delivered("allgatherv", out);
+  return out;
+}
+
+std::vector<std::vector<uint8_t>> Communicator::alltoallv(
+    std::span<const std::span<const uint8_t>> messages, Timeout timeout) {
+  const int n = size();
+  DGC_CHECK_EQ(messages.size(), static_cast<size_t>(n), "alltoallv takes one message per rank");
+  const Call call = begin("alltoallv", timeout);
+  if (n == 1) return {std::vector<uint8_t>(messages[0].begin(), messages[0].end())};
+  // Sizes first: one u64 to every rank, directly.
+  std::vector<uint64_t> send_sizes(n);
+  for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
+  const std::vector<uint64_t> receive_sizes =
+      guarded([&] { return alltoall_sizes(send_sizes, call.phase("alltoallv (sizes)")); });
+  check_announced("alltoallv", receive_sizes);
+  // Then every payload at once, with exact counts. One byte of slack keeps the buffers non-null
+  // when everything is empty.
+  uint64_t send_total = 0, receive_total = 0;
+  std::vector<size_t> receive_offsets(n, 0);
+  for (int p = 0; p < n; ++p) {
+    receive_offsets[p] = receive_total;
+    send_total += send_sizes[p];
+    receive_total += receive_sizes[p];
+  }
+  std::vector<uint8_t> send(send_total + 1), receive(receive_total + 1);
+  size_t offset = 0;
+  for (const auto& m : messages) {
+    if (!m.empty()) std::memcpy(send.data() + offset, m.data(), m.size());
+    offset += m.size();
+  }
+  guarded([&] {
+    alltoallv_payload({send.data(), send_total}, send_sizes, {receive.data(), receive_total},
+                      receive_sizes, call);
+  });
+  bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
+  std::vector<std::vector<uint8_t>> out(n);
+  for (int p = 0; p < n; ++p) {
+    const auto* first = receive.data() + receive_offsets[p];
+    out[p].assign(first, first + receive_sizes[p]);
+  }
+  on_delivered("alltoallv", out);
+  return out;
+}
+
+void Communicator::allreduce_sum(std::span<float> values, Timeout timeout) {
+  const Call call = begin("allreduce", timeout);
+  if (size() == 1 || values.empty()) return;
+  guarded([&] { allreduce_sum_primitive(values, call); });
+  bytes_ += ring_allreduce_bytes(values.size_bytes(), size());
+}
+
+void Communicator::broadcast(std::span<uint8_t> data, int root, Timeout timeout) {
+  const Call call = begin("broadcast", timeout);
+  DGC_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
+  if (size() == 1 || data.empty()) return;
+  guarded([&] { broadcast_primitive(data, root, call); });
+  bytes_ += tree_broadcast_bytes(data.size(), rank(), root, size());
+}
+
+void Communicator::barrier(Timeout timeout) {
+  const Call call = begin("barrier", timeout);
+  if (size() == 1) return;
+  guarded([&] { barrier_primitive(call); });
+}
+
+ForwardingCommunicator::ForwardingCommunicator(Communicator& inner)
+    : Communicator(inner.default_timeout()), inner_(inner) {}
+
+std::vector<uint64_t> ForwardingCommunicator::allgather_sizes(uint64_t mine, const Call& call) {
+  return inner_.allgather_sizes(mine, call);
+}
+void ForwardingCommunicator::allgatherv_payload(std::span<uint8_t> flat,
+                                                std::span<const uint64_t> sizes,
+                                                const Call& call) {
+  inner_.allgatherv_payload(flat, sizes, call);
+}
+std::vector<uint64_t> ForwardingCommunicator::alltoall_sizes(std::span<const uint64_t> send,
+                                                             const Call& call) {
+  return inner_.alltoall_sizes(send, call);
+}
+void ForwardingCommunicator::alltoallv_payload(std::span<const uint8_t> send,
+                                               std::span<const uint64_t> send_sizes,
+                                               std::span<uint8_t> receive,
+                                               std::span<const uint64_t> receive_sizes,
+                                               const Call& call) {
+  inner_.alltoallv_payload(send, send_sizes, receive, receive_sizes, call);
+}
+void ForwardingCommunicator::allreduce_sum_primitive(std::span<float> values, const Call& call) {
+  inner_.allreduce_sum_primitive(values, call);
+}
+void ForwardingCommunicator::broadcast_primitive(std::span<uint8_t> data, int root,
+                                                 const Call& call) {
+  inner_.broadcast_primitive(data, root, call);
+}
+void ForwardingCommunicator::barrier_primitive(const Call& call) {
+  inner_.barrier_primitive(call);
+}
+ByteCounters ForwardingCommunicator::allgatherv_payload_bytes(
+    std::span<const uint64_t> sizes) const {
+  return inner_.allgatherv_payload_bytes(sizes);
+}
+void ForwardingCommunicator::on_failure() {
+  if (inner_.failure_.empty()) inner_.failure_ = failure();
+  inner_.on_failure();
+}
 
 void broadcast_floats(Communicator& comm, std::span<float> values, int root, Timeout timeout) {
   comm.broadcast(std::span<uint8_t>(reinterpret_cast<uint8_t*>(values.data()), values.size_bytes()),

@@ -64,15 +64,6 @@ using Rendezvous = GlooRendezvous;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Upper bound on one rank's allgatherv message: a corrupt size must not become an allocation.
-constexpr uint64_t kMaxMessageBytes = uint64_t{1} << 34;
-
-milliseconds remaining(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-  // Gloo reads a zero timeout as "no timeout": never pass it.
-  return std::max(left, milliseconds(1));
-}
-
 // Gloo throws three unrelated types; turn any of them into a CommError with context.
 template <typename F>
 auto with_gloo_errors(const std::string& what, F&& body) {
@@ -207,118 +198,51 @@ class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, Timeout default_timeout,
                    std::map<std::string, int> peer_by_address, std::vector<std::string> hosts)
-      : context_(std::move(context)),
+      : Communicator(default_timeout),
+        context_(std::move(context)),
         peer_by_address_(std::move(peer_by_address)),
-        hosts_(std::move(hosts)) {
-    default_timeout_ = default_timeout;
-  }
+        hosts_(std::move(hosts)) {}
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   std::string backend() const override { return "gloo"; }
 
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
-                                               Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("allgatherv");
-    const int n = size();
-    if (n == 1) return {std::vector<uint8_t>(message.begin(), message.end())};
-    const auto deadline = Clock::now() + timeout;
-
-    // Sizes first: a fixed-size allgather of one u64 per rank.
-    std::vector<uint64_t> sizes(n, 0);
-    sizes[rank()] = message.size();
-    run("allgatherv (sizes)", timeout, deadline, gloo::allgatherv, [&](auto& opts) {
-      opts.setOutput(sizes.data(), std::vector<size_t>(n, 1));  // own entry primed in place
+ protected:
+  std::vector<uint64_t> allgather_sizes(uint64_t mine, const Call& call) override {
+    std::vector<uint64_t> sizes(size(), 0);
+    sizes[rank()] = mine;
+    run(call, gloo::allgatherv, [&](auto& opts) {
+      opts.setOutput(sizes.data(), std::vector<size_t>(size(), 1));  // own entry primed in place
     });
-    const std::vector<uint64_t> size_bytes(n, sizeof(uint64_t));
-    bytes_ += ring_allgatherv_bytes(size_bytes, rank());
+    return sizes;
+  }
 
-    uint64_t total = 0;
-    for (int r = 0; r < n; ++r) {
-      if (sizes[r] > kMaxMessageBytes) {
-        fail_with<CommError>(detail::concat("allgatherv: rank ", r, " announced a message of ",
-                                            sizes[r], " bytes, over the limit of ",
-                                            kMaxMessageBytes, " (corrupt or mismatched peer)"));
-      }
-      total += sizes[r];
-    }
+  void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
+                          const Call& call) override {
+    run(call, gloo::allgatherv, [&](auto& opts) {
+      opts.setOutput(flat.data(), std::vector<size_t>(sizes.begin(), sizes.end()));
+    });
+  }
 
-    // Then the payload with exact counts.
-    std::vector<uint8_t> flat(total);
-    std::vector<size_t> offsets(n, 0);
-    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
-    if (!message.empty())
-      std::memcpy(flat.data() + offsets[rank()], message.data(), message.size());
-    if (total > 0) {
-      run("allgatherv", timeout, deadline, gloo::allgatherv, [&](auto& opts) {
-        opts.setOutput(flat.data(), std::vector<size_t>(sizes.begin(), sizes.end()));
-      });
-      bytes_ += ring_allgatherv_bytes(sizes, rank());
-    }
-
-    std::vector<std::vector<uint8_t>> out(n);
-    for (int r = 0; r < n; ++r) {
-      const auto* begin = flat.data() + offsets[r];
-      out[r].assign(begin, begin + sizes[r]);
-    }
+  std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send, const Call& call) override {
+    std::vector<uint64_t> in(send.begin(), send.end()), out(size(), 0);
+    run(call, gloo::alltoall, [&](auto& opts) {
+      opts.setInput(in.data(), in.size());
+      opts.setOutput(out.data(), out.size());
+    });
     return out;
   }
 
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
-                                              Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    const int n = size();
-    DGC_CHECK_EQ(messages.size(), static_cast<size_t>(n), "alltoallv takes one message per rank");
-    check_usable("alltoallv");
-    if (n == 1) return {std::vector<uint8_t>(messages[0].begin(), messages[0].end())};
-    const auto deadline = Clock::now() + timeout;
-
-    // Sizes first: one u64 to every rank, directly.
-    std::vector<uint64_t> send_sizes(n), receive_sizes(n, 0);
-    for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
-    run("alltoallv (sizes)", timeout, deadline, gloo::alltoall, [&](auto& opts) {
-      opts.setInput(send_sizes.data(), static_cast<size_t>(n));
-      opts.setOutput(receive_sizes.data(), static_cast<size_t>(n));
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
+                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
+                         const Call& call) override {
+    const std::vector<int64_t> send_counts(send_sizes.begin(), send_sizes.end());
+    const std::vector<int64_t> receive_counts(receive_sizes.begin(), receive_sizes.end());
+    run(call, gloo::alltoallv, [&](auto& opts) {
+      // Gloo's options take non-const pointers; it only reads the input.
+      opts.setInput(const_cast<uint8_t*>(send.data()), send_counts);
+      opts.setOutput(receive.data(), receive_counts);
     });
-    for (int p = 0; p < n; ++p) {
-      if (receive_sizes[p] > kMaxMessageBytes) {
-        fail_with<CommError>(detail::concat("alltoallv: rank ", p, " announced a message of ",
-                                            receive_sizes[p], " bytes, over the limit of ",
-                                            kMaxMessageBytes, " (corrupt or mismatched peer)"));
-      }
-    }
-
-    // Then every payload at once, with exact counts. One byte of slack keeps the buffers
-    // non-null when everything is empty.
-    std::vector<int64_t> send_counts(n), receive_counts(n);
-    std::vector<size_t> receive_offsets(n, 0);
-    uint64_t send_total = 0, receive_total = 0;
-    for (int p = 0; p < n; ++p) {
-      send_counts[p] = static_cast<int64_t>(send_sizes[p]);
-      receive_counts[p] = static_cast<int64_t>(receive_sizes[p]);
-      receive_offsets[p] = receive_total;
-      send_total += send_sizes[p];
-      receive_total += receive_sizes[p];
-    }
-    std::vector<uint8_t> send_flat(send_total + 1), receive_flat(receive_total + 1);
-    size_t offset = 0;
-    for (int p = 0; p < n; ++p) {
-      if (!messages[p].empty()) std::memcpy(send_flat.data() + offset, messages[p].data(), messages[p].size());
-      offset += messages[p].size();
-    }
-    run("alltoallv", timeout, deadline, gloo::alltoallv, [&](auto& opts) {
-      opts.setInput(send_flat.data(), send_counts);
-      opts.setOutput(receive_flat.data(), receive_counts);
-    });
-    bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
-
-    std::vector<std::vector<uint8_t>> out(n);
-    for (int p = 0; p < n; ++p) {
-      const auto* begin = receive_flat.data() + receive_offsets[p];
-      out[p].assign(begin, begin + receive_sizes[p]);
-    }
-    return out;
   }
 
   // A ring allreduce (reduce-scatter, then allgather) driven here over Gloo's unbound buffers
@@ -327,12 +251,8 @@ class GlooCommunicator final : public Communicator {
   // run_guarded). The same algorithm as Gloo's ring: each rank's chunk is cut into segments of at
   // most 1 MiB, at least two, so that one segment travels while another is reduced. Rank r
   // receives from r-1 and sends to r+1.
-  void allreduce_sum(std::span<float> values, Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("allreduce");
+  void allreduce_sum_primitive(std::span<float> values, const Call& call) override {
     const int n = size();
-    if (n == 1 || values.empty()) return;
-    const auto deadline = Clock::now() + timeout;
     const size_t count = values.size();
     constexpr size_t kMaxSegmentElements = (size_t{1} << 20) / sizeof(float);
     const auto ceil_div = [](size_t a, size_t b) { return (a + b - 1) / b; };
@@ -353,11 +273,11 @@ class GlooCommunicator final : public Communicator {
     // Declared before run_guarded: they outlive the connections on an error.
     auto out = context_->createUnboundBuffer(values.data(), values.size_bytes());
     auto in = context_->createUnboundBuffer(incoming.data(), incoming.size() * sizeof(float));
-    run_guarded("allreduce", timeout, [&] {
+    run_guarded(call, [&] {
       // Reduce-scatter: at step s this rank sends chunk rank - s and adds what it receives into
       // chunk rank - s - 1; after n - 1 steps chunk rank + 1 holds the sum over every rank.
       ring_phase(
-          *out, *in, steps, deadline, slot, [&](size_t i) { return piece(rank() - step(i), i); },
+          *out, *in, steps, call, slot, [&](size_t i) { return piece(rank() - step(i), i); },
           [&](size_t i) { return piece(rank() - step(i) - 1, i); },
           [&](size_t i) { return (i % 2) * segment * sizeof(float); },
           [&](size_t i, const Piece& received) {
@@ -368,42 +288,34 @@ class GlooCommunicator final : public Communicator {
       // Allgather: at step s this rank sends the complete chunk rank + 1 - s and receives the
       // complete chunk rank - s in place.
       ring_phase(
-          *out, *out, steps, deadline, slot,
-          [&](size_t i) { return piece(rank() + 1 - step(i), i); },
+          *out, *out, steps, call, slot, [&](size_t i) { return piece(rank() + 1 - step(i), i); },
           [&](size_t i) { return piece(rank() - step(i), i); },
-          [&](size_t i) { return piece(rank() - step(i), i).offset; },
-          [](size_t, const Piece&) {});
+          [&](size_t i) { return piece(rank() - step(i), i).offset; }, [](size_t, const Piece&) {});
     });
-    bytes_ += ring_allreduce_bytes(values.size_bytes(), size());
   }
 
-  void broadcast(std::span<uint8_t> data, int root, Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("broadcast");
-    DGC_CHECK(root >= 0 && root < size(), "broadcast root ", root, " outside [0, ", size(), ")");
-    if (size() == 1 || data.empty()) return;
-    run("broadcast", timeout, Clock::now() + timeout, gloo::broadcast, [&](auto& opts) {
+  void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) override {
+    run(call, gloo::broadcast, [&](auto& opts) {
       opts.setOutput(data.data(), data.size());
       opts.setRoot(root);
     });
-    bytes_ += tree_broadcast_bytes(data.size(), rank(), root, size());
   }
 
-  void barrier(Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("barrier");
-    if (size() == 1) return;
-    run("barrier", timeout, Clock::now() + timeout, gloo::barrier, [](auto&) {});
+  void barrier_primitive(const Call& call) override {
+    run(call, gloo::barrier, [](auto&) {});
   }
+
+  // Peers blocked on this rank learn at once instead of at their own timeout.
+  void on_failure() override { close_connections(); }
 
  private:
   uint32_t next_tag() { return tag_++; }
 
-  void check_usable(const char* op) const {
-    if (!failure_.empty()) {
-      throw CommError(
-          detail::concat("gloo ", op, " on rank ", rank(),
-                         ": the communicator is unusable after an earlier error: ", failure_));
+  void close_connections() noexcept {
+    try {
+      context_->closeConnections();
+    } catch (...) {
+      // Best effort: the connections may already be gone.
     }
   }
 
@@ -420,17 +332,17 @@ class GlooCommunicator final : public Communicator {
   // landed.
   template <typename Sent, typename Received, typename Landing, typename Landed>
   void ring_phase(gloo::transport::UnboundBuffer& out, gloo::transport::UnboundBuffer& in,
-                  size_t steps, Clock::time_point deadline, uint64_t slot, Sent&& sent,
-                  Received&& received, Landing&& landing, Landed&& landed) {
+                  size_t steps, const Call& call, uint64_t slot, Sent&& sent, Received&& received,
+                  Landing&& landing, Landed&& landed) {
     const int next = (rank() + 1) % size();
     const int prev = (rank() + size() - 1) % size();
     for (size_t i = 0; i < steps + 2; ++i) {
       if (i >= 2) {
         if (const Piece done = received(i - 2); done.bytes > 0) {
-          in.waitRecv(remaining(deadline));
+          in.waitRecv(call.remaining());
           landed(i - 2, done);
         }
-        if (sent(i - 2).bytes > 0) out.waitSend(remaining(deadline));
+        if (sent(i - 2).bytes > 0) out.waitSend(call.remaining());
       }
       if (i < steps) {
         if (const Piece coming = received(i); coming.bytes > 0) {
@@ -447,13 +359,12 @@ class GlooCommunicator final : public Communicator {
   // tag and the deadline are set here. The options own the collective's unbound buffers, so they
   // are declared outside run_guarded and outlive the connections when it fails.
   template <typename Options, typename Setup>
-  void run(const char* op, Timeout timeout, Clock::time_point deadline,
-           void (*collective)(Options&), Setup&& setup) {
+  void run(const Call& call, void (*collective)(Options&), Setup&& setup) {
     Options opts(context_);
-    run_guarded(op, timeout, [&] {
+    run_guarded(call, [&] {
       setup(opts);
       opts.setTag(next_tag());
-      opts.setTimeout(remaining(deadline));
+      opts.setTimeout(call.remaining());
       collective(opts);
     });
   }
@@ -464,22 +375,22 @@ class GlooCommunicator final : public Communicator {
   // thread touches a buffer only under the lock of the pair the operation is on; closing every
   // pair (gloo::Context::closeConnections: each pair's lock, then a tick of the event loop)
   // therefore orders each of those touches before this thread goes on, and after it none can
-  // come. So on any error in `body` this closes every connection (fail_with) before it throws,
-  // and only then does the unwinding destroy the buffers: every unbound buffer `body` uses, and
-  // the memory under it, must be declared before the call to run_guarded.
+  // come. So on any error in `body` this closes every connection before it throws, and only
+  // then does the unwinding destroy the buffers: every unbound buffer `body` uses, and the
+  // memory under it, must be declared before the call to run_guarded.
   template <typename F>
-  void run_guarded(const char* op, Timeout timeout, F&& body) {
-    const auto start = Clock::now();
+  void run_guarded(const Call& call, F&& body) {
     try {
       body();
     } catch (const gloo::IoException& e) {
-      translate(op, timeout, start, e.what());
+      fail(call, e.what());
     } catch (const gloo::EnforceNotMet& e) {
-      translate(op, timeout, start, e.what());
+      fail(call, e.what());
     } catch (const gloo::Exception& e) {
-      translate(op, timeout, start, e.what());
-    } catch (const std::exception& e) {
-      fail_with<CommError>(detail::concat("gloo ", op, " failed on rank ", rank(), ": ", e.what()));
+      fail(call, e.what());
+    } catch (...) {
+      close_connections();
+      throw;
     }
   }
 
@@ -510,18 +421,22 @@ class GlooCommunicator final : public Communicator {
                           "), which may itself be waiting on another rank");
   }
 
-  [[noreturn]] void translate(const char* op, Timeout timeout, Clock::time_point start,
-                              const std::string& gloo_message) {
-    const auto elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
+  // Closes the connections (the lifetime rule above) and throws Gloo's error as a CommError
+  // (TimeoutError when it timed out) that names the peer's rank where Gloo named its address.
+  [[noreturn]] void fail(const Call& call, const std::string& gloo_message) {
+    close_connections();
+    const std::string op = call.op;
+    const auto elapsed =
+        std::chrono::duration_cast<milliseconds>(Clock::now() - call.start).count();
     const bool timed_out = gloo_message.find("Timed out") != std::string::npos ||
                            gloo_message.find("imeout") != std::string::npos;
     const std::string peer = describe_peer(gloo_message);
     std::string what;
     if (timed_out) {
-      what =
-          detail::concat("gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ",
-                         elapsed, " ms (timeout ", timeout.count(), " ms): a peer stalled or died",
-                         peer.empty() ? ring_neighbour(op, gloo_message) : "; waiting for " + peer);
+      what = detail::concat("gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ",
+                            elapsed, " ms (timeout ", call.timeout.count(),
+                            " ms): a peer stalled or died",
+                            peer.empty() ? ring_neighbour(op, gloo_message) : "; waiting for " + peer);
     } else {
       const bool closed = gloo_message.find("closed") != std::string::npos ||
                           gloo_message.find("reset") != std::string::npos ||
@@ -534,28 +449,14 @@ class GlooCommunicator final : public Communicator {
                                                    : "error on the connection to " + peer));
     }
     what += " [gloo: " + gloo_message + "]";
-    if (timed_out) fail_with<TimeoutError>(what);
-    fail_with<CommError>(what);
-  }
-
-  // Records the failure, closes every connection (so that peers blocked on this rank learn at
-  // once instead of at their own timeout) and throws.
-  template <typename E>
-  [[noreturn]] void fail_with(const std::string& what) {
-    failure_ = what;
-    try {
-      context_->closeConnections();
-    } catch (...) {
-      // Best effort: the connections may already be gone.
-    }
-    throw E(what);
+    if (timed_out) throw TimeoutError(what);
+    throw CommError(what);
   }
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::map<std::string, int> peer_by_address_;
   std::vector<std::string> hosts_;
   uint32_t tag_ = 0;
-  std::string failure_;
 };
 
 // Gloo writes with writev(), which raises SIGPIPE when the peer has died; at the default

@@ -9,6 +9,7 @@
 // MPI_Finalize (it would wait for the stalled peer); mpirun then ends the job.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -22,8 +23,6 @@
 
 namespace dgc::comm {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Runtime {
   std::mutex mutex;
@@ -79,45 +78,43 @@ void ensure_initialized() {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(Timeout default_timeout) {
-    default_timeout_ = default_timeout;
+  explicit MpiCommunicator(Timeout default_timeout) : Communicator(default_timeout) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     // A private communicator, so that dgc's collectives never match anyone else's; errors on it
     // return codes (turned into CommError) instead of aborting.
+    const auto now = Clock::now();
+    const Call setup{"communicator set-up", default_timeout, now, now + default_timeout};
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
-    wait(request, "communicator set-up", default_timeout_, Clock::now(), nullptr);
+    wait(request, setup, nullptr);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
 
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && failure_.empty() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (!finalized && failure().empty() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
-                                               Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("allgatherv");
-    const auto start = Clock::now();
-    const int n = size_;
-    if (n == 1) return {std::vector<uint8_t>(message.begin(), message.end())};
-
-    auto sizes = std::make_shared<std::vector<uint64_t>>(n, 0);
-    (*sizes)[rank_] = message.size();
+ protected:
+  std::vector<uint64_t> allgather_sizes(uint64_t mine, const Call& call) override {
+    auto sizes = std::make_shared<std::vector<uint64_t>>(size_, 0);
+    (*sizes)[rank_] = mine;
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sizes->data(), 1, MPI_UINT64_T, comm_,
                          &request),
           "MPI_Iallgather");
-    wait(request, "allgatherv (sizes)", timeout, start, sizes);
-    bytes_ += ring_allgatherv_bytes(std::vector<uint64_t>(n, sizeof(uint64_t)), rank_);
+    wait(request, call, sizes);
+    return *sizes;
+  }
 
+  void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
+                          const Call& call) override {
     // The counts and displacements belong to the request as much as the payload (MPI may read
     // them until it completes): all three are parked together on a timeout.
     struct Buffers {
@@ -125,183 +122,129 @@ class MpiCommunicator final : public Communicator {
       std::vector<uint8_t> flat;
     };
     auto b = std::make_shared<Buffers>();
-    b->counts.resize(n);
-    b->displs.resize(n);
-    uint64_t total = 0;
-    for (int r = 0; r < n; ++r) {
-      if ((*sizes)[r] > static_cast<uint64_t>(INT_MAX) - total) {
-        fail<CommError>(detail::concat("mpi allgatherv: the messages add up to more than ", INT_MAX,
-                                       " bytes (MPI counts are int); rank ", r, " announced ",
-                                       (*sizes)[r], " bytes"));
-      }
-      b->displs[r] = static_cast<int>(total);
-      b->counts[r] = static_cast<int>((*sizes)[r]);
-      total += (*sizes)[r];
-    }
-    b->flat.resize(total);
-    if (!message.empty()) {
-      std::memcpy(b->flat.data() + b->displs[rank_], message.data(), message.size());
-    }
-    if (total > 0) {
-      check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->flat.data(), b->counts.data(),
-                            b->displs.data(), MPI_BYTE, comm_, &request),
-            "MPI_Iallgatherv");
-      wait(request, "allgatherv", timeout, start, b);
-      bytes_ += ring_allgatherv_bytes(*sizes, rank_);
-    }
-    std::vector<std::vector<uint8_t>> out(n);
-    for (int r = 0; r < n; ++r) {
-      const auto* begin = b->flat.data() + b->displs[r];
-      out[r].assign(begin, begin + b->counts[r]);
-    }
-    return out;
+    b->counts = int_counts("allgatherv", sizes);
+    b->displs = displacements(b->counts);
+    b->flat.assign(flat.begin(), flat.end());
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->flat.data(), b->counts.data(),
+                          b->displs.data(), MPI_BYTE, comm_, &request),
+          "MPI_Iallgatherv");
+    wait(request, call, b);
+    std::memcpy(flat.data(), b->flat.data(), flat.size());
   }
 
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
-                                              Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    const int n = size_;
-    DGC_CHECK_EQ(messages.size(), static_cast<size_t>(n), "alltoallv takes one message per rank");
-    check_usable("alltoallv");
-    const auto start = Clock::now();
-    if (n == 1) return {std::vector<uint8_t>(messages[0].begin(), messages[0].end())};
-
-    // Sizes first, then the payloads (MPI_Ialltoallv: every pair at once).
-    auto sizes = std::make_shared<std::vector<uint64_t>>(2 * static_cast<size_t>(n), 0);
-    uint64_t* send_sizes = sizes->data();
-    uint64_t* receive_sizes = sizes->data() + n;
-    for (int p = 0; p < n; ++p) send_sizes[p] = messages[p].size();
+  std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send, const Call& call) override {
+    auto sizes = std::make_shared<std::vector<uint64_t>>(2 * static_cast<size_t>(size_), 0);
+    std::copy(send.begin(), send.end(), sizes->begin());
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ialltoall(send_sizes, 1, MPI_UINT64_T, receive_sizes, 1, MPI_UINT64_T, comm_,
-                        &request),
+    check(MPI_Ialltoall(sizes->data(), 1, MPI_UINT64_T, sizes->data() + size_, 1, MPI_UINT64_T,
+                        comm_, &request),
           "MPI_Ialltoall");
-    wait(request, "alltoallv (sizes)", timeout, start, sizes);
+    wait(request, call, sizes);
+    return {sizes->begin() + size_, sizes->end()};
+  }
 
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
+                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
+                         const Call& call) override {
     struct Buffers {
       std::vector<int> send_counts, send_displs, receive_counts, receive_displs;
       std::vector<uint8_t> send, receive;
     };
     auto b = std::make_shared<Buffers>();
-    b->send_counts.resize(n);
-    b->send_displs.resize(n);
-    b->receive_counts.resize(n);
-    b->receive_displs.resize(n);
-    uint64_t send_total = 0, receive_total = 0;
-    for (int p = 0; p < n; ++p) {
-      if (send_sizes[p] > static_cast<uint64_t>(INT_MAX) - send_total ||
-          receive_sizes[p] > static_cast<uint64_t>(INT_MAX) - receive_total) {
-        fail<CommError>(detail::concat("mpi alltoallv: the messages add up to more than ", INT_MAX,
-                                       " bytes (MPI counts are int); rank ", p, " announced ",
-                                       receive_sizes[p], " bytes"));
-      }
-      b->send_displs[p] = static_cast<int>(send_total);
-      b->send_counts[p] = static_cast<int>(send_sizes[p]);
-      b->receive_displs[p] = static_cast<int>(receive_total);
-      b->receive_counts[p] = static_cast<int>(receive_sizes[p]);
-      send_total += send_sizes[p];
-      receive_total += receive_sizes[p];
-    }
-    b->send.resize(send_total + 1);  // + 1: never a null buffer
-    b->receive.resize(receive_total + 1);
-    for (int p = 0; p < n; ++p) {
-      if (!messages[p].empty()) {
-        std::memcpy(b->send.data() + b->send_displs[p], messages[p].data(), messages[p].size());
-      }
-    }
+    b->send_counts = int_counts("alltoallv", send_sizes);
+    b->send_displs = displacements(b->send_counts);
+    b->receive_counts = int_counts("alltoallv", receive_sizes);
+    b->receive_displs = displacements(b->receive_counts);
+    b->send.resize(send.size() + 1);  // + 1: never a null buffer
+    if (!send.empty()) std::memcpy(b->send.data(), send.data(), send.size());
+    b->receive.resize(receive.size() + 1);
+    MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(), MPI_BYTE,
                          b->receive.data(), b->receive_counts.data(), b->receive_displs.data(),
                          MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv");
-    wait(request, "alltoallv", timeout, start, b);
-    bytes_ += direct_alltoallv_bytes(std::span<const uint64_t>(send_sizes, n),
-                                     std::span<const uint64_t>(receive_sizes, n), rank_);
-    std::vector<std::vector<uint8_t>> out(n);
-    for (int p = 0; p < n; ++p) {
-      const auto* begin = b->receive.data() + b->receive_displs[p];
-      out[p].assign(begin, begin + b->receive_counts[p]);
-    }
-    return out;
+    wait(request, call, b);
+    if (!receive.empty()) std::memcpy(receive.data(), b->receive.data(), receive.size());
   }
 
-  void allreduce_sum(std::span<float> values, Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("allreduce");
-    if (size_ == 1 || values.empty()) return;
+  void allreduce_sum_primitive(std::span<float> values, const Call& call) override {
     DGC_CHECK_LE(values.size(), static_cast<size_t>(INT_MAX), "MPI counts are int");
-    const auto start = Clock::now();
     auto buffer = std::make_shared<std::vector<float>>(values.begin(), values.end());
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Iallreduce(MPI_IN_PLACE, buffer->data(), static_cast<int>(buffer->size()), MPI_FLOAT,
                          MPI_SUM, comm_, &request),
           "MPI_Iallreduce");
-    wait(request, "allreduce", timeout, start, buffer);
+    wait(request, call, buffer);
     std::memcpy(values.data(), buffer->data(), values.size_bytes());
-    bytes_ += ring_allreduce_bytes(values.size_bytes(), size_);
   }
 
-  void broadcast(std::span<uint8_t> data, int root, Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("broadcast");
-    DGC_CHECK(root >= 0 && root < size_, "broadcast root ", root, " outside [0, ", size_, ")");
-    if (size_ == 1 || data.empty()) return;
+  void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) override {
     DGC_CHECK_LE(data.size(), static_cast<size_t>(INT_MAX), "MPI counts are int");
-    const auto start = Clock::now();
     auto buffer = std::make_shared<std::vector<uint8_t>>(data.begin(), data.end());
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibcast(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, root, comm_,
                      &request),
           "MPI_Ibcast");
-    wait(request, "broadcast", timeout, start, buffer);
+    wait(request, call, buffer);
     std::memcpy(data.data(), buffer->data(), data.size());
-    bytes_ += tree_broadcast_bytes(data.size(), rank_, root, size_);
   }
 
-  void barrier(Timeout timeout) override {
-    timeout = effective_timeout(timeout);
-    check_usable("barrier");
-    if (size_ == 1) return;
+  void barrier_primitive(const Call& call) override {
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
-    wait(request, "barrier", timeout, Clock::now(), nullptr);
+    wait(request, call, nullptr);
   }
 
  private:
-  void check_usable(const char* op) const {
-    if (!failure_.empty()) {
-      throw CommError(
-          detail::concat("mpi ", op, " on rank ", rank_,
-                         ": the communicator is unusable after an earlier error: ", failure_));
+  // MPI counts are int: sizes that add up to more are refused.
+  std::vector<int> int_counts(const char* op, std::span<const uint64_t> sizes) const {
+    std::vector<int> counts(sizes.size());
+    uint64_t total = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      if (sizes[r] > static_cast<uint64_t>(INT_MAX) - total) {
+        throw CommError(detail::concat("mpi ", op, ": the messages add up to more than ", INT_MAX,
+                                       " bytes (MPI counts are int); rank ", r, " announced ",
+                                       sizes[r], " bytes"));
+      }
+      counts[r] = static_cast<int>(sizes[r]);
+      total += sizes[r];
     }
+    return counts;
+  }
+
+  static std::vector<int> displacements(const std::vector<int>& counts) {
+    std::vector<int> displs(counts.size(), 0);
+    for (size_t r = 1; r < counts.size(); ++r) displs[r] = displs[r - 1] + counts[r - 1];
+    return displs;
   }
 
   void check(int rc, const char* call) {
     if (rc != MPI_SUCCESS) {
-      fail<CommError>(detail::concat(call, " failed on rank ", rank_, ": ", mpi_error(rc)));
+      throw CommError(detail::concat(call, " failed on rank ", rank_, ": ", mpi_error(rc)));
     }
   }
 
-  // Polls `request` until it completes or `timeout` after `start` has passed. `keep` holds the
-  // request's buffers; on a timeout it is parked for the life of the process.
-  void wait(MPI_Request& request, const char* op, Timeout timeout, Clock::time_point start,
-            std::shared_ptr<void> keep) {
-    const auto deadline = start + timeout;
+  // Polls `request` until it completes or the call's deadline passes. `keep` holds the
+  // request's buffers; on a timeout or error it is parked for the life of the process.
+  void wait(MPI_Request& request, const Call& call, std::shared_ptr<void> keep) {
     int polls = 0;
     for (;;) {
       int done = 0;
       const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) {
         park(std::move(keep));
-        fail<CommError>(detail::concat("mpi ", op, " failed on rank ", rank_, " of ", size_, ": ",
-                                       mpi_error(rc)));
+        throw CommError(detail::concat("mpi ", call.op, " failed on rank ", rank_, " of ", size_,
+                                       ": ", mpi_error(rc)));
       }
       if (done) return;
-      if (Clock::now() >= deadline) {
+      if (Clock::now() >= call.deadline) {
         park(std::move(keep));
         const auto elapsed =
-            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-        fail<TimeoutError>(detail::concat("mpi ", op, " timed out on rank ", rank_, " of ", size_,
-                                          " after ", elapsed.count(), " ms (timeout ",
-                                          timeout.count(),
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - call.start);
+        throw TimeoutError(detail::concat("mpi ", call.op, " timed out on rank ", rank_, " of ",
+                                          size_, " after ", elapsed.count(), " ms (timeout ",
+                                          call.timeout.count(),
                                           " ms): a peer stalled or died (MPI does not say which)"));
       }
       // Spin briefly for latency, then back off so a stalled wait does not burn a core.
@@ -318,16 +261,9 @@ class MpiCommunicator final : public Communicator {
     if (keep) r.parked.push_back(std::move(keep));
   }
 
-  template <typename E>
-  [[noreturn]] void fail(const std::string& what) {
-    failure_ = what;
-    throw E(what);
-  }
-
   int rank_ = 0;
   int size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::string failure_;
 };
 
 }  // namespace

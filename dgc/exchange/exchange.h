@@ -46,7 +46,7 @@ namespace dgc {
 
 struct ExchangeOptions {
   ValueType value_type = ValueType::kFloat32;
-  comm::Timeout timeout = comm::kDefaultTimeout;
+  comm::Timeout timeout = comm::kUnsetTimeout;
   // The collective (algorithm.h). kAuto picks one with choose_algorithm(N, density, numel).
   ExchangeAlgorithm algorithm = ExchangeAlgorithm::kAllgather;
   // The density after warm-up, for kAuto's rule only.

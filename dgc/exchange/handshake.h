@@ -22,11 +22,11 @@ namespace dgc {
 // dgc::AuthenticationError, and ranks of which some have a key and some not throw
 // dgc::MismatchError, both naming the ranks.
 RunId handshake(comm::Communicator& comm, std::span<const TensorSpec> layout,
-                const std::string& settings, comm::Timeout timeout = comm::kDefaultTimeout,
+                const std::string& settings, comm::Timeout timeout = comm::kUnsetTimeout,
                 const MessageAuthenticator* auth = nullptr);
 
 // Overwrites every rank's `parameters` with rank 0's.
 void broadcast_parameters(comm::Communicator& comm, std::span<const std::span<float>> parameters,
-                          comm::Timeout timeout = comm::kDefaultTimeout);
+                          comm::Timeout timeout = comm::kUnsetTimeout);
 
 }  // namespace dgc

@@ -133,8 +133,8 @@ struct OptimizerOptions {
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
   int64_t iterations_per_epoch = 1;
 
-  // Timeout of every collective the optimizer runs.
-  comm::Timeout timeout = comm::kDefaultTimeout;
+  // Timeout of every collective the optimizer runs (kUnsetTimeout: the communicator's default).
+  comm::Timeout timeout = comm::kUnsetTimeout;
 
   // The job's exchange key (JobKeys::exchange, dgc/core/auth.h) when the job has a secret: the
   // exchange tags and verifies every message (exchange.h). Not part of describe(): it never

@@ -378,7 +378,7 @@ TEST(Failure, DefaultTimeoutComesFromTheOptions) {
     }
     const auto start = Clock::now();
     std::vector<uint8_t> message(10);
-    EXPECT_THROW(comm.allgatherv(message), TimeoutError);  // kDefaultTimeout -> 1500 ms
+    EXPECT_THROW(comm.allgatherv(message), TimeoutError);  // kUnsetTimeout -> the default, 1500 ms
     elapsed[0] = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
   });
   EXPECT_GE(elapsed[0], milliseconds(1400));

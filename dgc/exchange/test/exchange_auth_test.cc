@@ -77,37 +77,19 @@ void fix_checksums(std::vector<uint8_t>& m, size_t tag_bytes) {
 
 // Forwards to a real communicator; when armed, edits what allgatherv / alltoallv return from
 // rank `victim` (what a stranger on the path, or a peer of another job, would put there).
-class TamperingCommunicator final : public comm::Communicator {
+class TamperingCommunicator final : public comm::ForwardingCommunicator {
  public:
   using Edit = std::function<void(std::vector<uint8_t>&)>;
   TamperingCommunicator(comm::Communicator& inner, int victim, Edit edit)
-      : inner_(inner), victim_(victim), edit_(std::move(edit)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string backend() const override { return inner_.backend(); }
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
-                                               comm::Timeout timeout) override {
-    auto all = inner_.allgatherv(message, timeout);
-    if (armed) edit_(all[victim_]);
-    return all;
-  }
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
-                                              comm::Timeout timeout) override {
-    auto all = inner_.alltoallv(messages, timeout);
-    if (armed) edit_(all[victim_]);
-    return all;
-  }
-  void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
-    inner_.allreduce_sum(values, timeout);
-  }
-  void broadcast(std::span<uint8_t> data, int root, comm::Timeout timeout) override {
-    inner_.broadcast(data, root, timeout);
-  }
-  void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
+      : ForwardingCommunicator(inner), victim_(victim), edit_(std::move(edit)) {}
   bool armed = false;
 
+ protected:
+  void on_delivered(const char*, std::vector<std::vector<uint8_t>>& all) override {
+    if (armed) edit_(all[victim_]);
+  }
+
  private:
-  comm::Communicator& inner_;
   int victim_;
   Edit edit_;
 };

@@ -722,19 +722,15 @@ TEST(Handshake, AlgorithmIsPartOfTheAgreement) {
 
 // Forwards to a real communicator; when armed, flips one payload byte of rank `victim`'s
 // message in what allgatherv or alltoallv returns, as a faulty link or peer would.
-class CorruptingCommunicator final : public comm::Communicator {
+class CorruptingCommunicator final : public comm::ForwardingCommunicator {
  public:
-  CorruptingCommunicator(comm::Communicator& inner, int victim) : inner_(inner), victim_(victim) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string backend() const override { return inner_.backend(); }
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
-                                               comm::Timeout timeout) override {
-    auto all = inner_.allgatherv(message, timeout);
-    corrupt(all);
-    return all;
-  }
-  void corrupt(std::vector<std::vector<uint8_t>>& all) {
+  CorruptingCommunicator(comm::Communicator& inner, int victim)
+      : ForwardingCommunicator(inner), victim_(victim) {}
+  bool armed = false;
+  bool flip_last = false;  // flip the last byte instead of a payload byte
+
+ protected:
+  void on_delivered(const char*, std::vector<std::vector<uint8_t>>& all) override {
     if (armed && all[victim_].size() > kMessageHeaderBytes + 8) {
       if (flip_last) {
         all[victim_].back() ^= 0x5A;
@@ -743,24 +739,8 @@ class CorruptingCommunicator final : public comm::Communicator {
       }
     }
   }
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
-                                              comm::Timeout timeout) override {
-    auto all = inner_.alltoallv(messages, timeout);
-    corrupt(all);
-    return all;
-  }
-  void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
-    inner_.allreduce_sum(values, timeout);
-  }
-  void broadcast(std::span<uint8_t> data, int root, comm::Timeout timeout) override {
-    inner_.broadcast(data, root, timeout);
-  }
-  void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
-  bool armed = false;
-  bool flip_last = false;  // flip the last byte instead of a payload byte
 
  private:
-  comm::Communicator& inner_;
   int victim_;
 };
 
@@ -844,37 +824,22 @@ TEST(Exchange, CorruptMessageWithoutDenseTensorsWritesNothing) {
 
 // A well-formed message from an owner with sums outside its region (a peer that disagrees on
 // the bounds) is an error on every rank before anything is written.
-class ForgingCommunicator final : public comm::Communicator {
+class ForgingCommunicator final : public comm::ForwardingCommunicator {
  public:
-  explicit ForgingCommunicator(comm::Communicator& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::string backend() const override { return inner_.backend(); }
-  std::vector<std::vector<uint8_t>> allgatherv(std::span<const uint8_t> message,
-                                               comm::Timeout timeout) override {
-    return inner_.allgatherv(message, timeout);
-  }
-  std::vector<std::vector<uint8_t>> alltoallv(std::span<const std::span<const uint8_t>> messages,
-                                              comm::Timeout timeout) override {
-    auto all = inner_.alltoallv(messages, timeout);
+  explicit ForgingCommunicator(comm::Communicator& inner) : ForwardingCommunicator(inner) {}
+  RunId run_id{};  // the job's, so that only the region check can refuse the forged sums
+
+ protected:
+  void on_delivered(const char* collective, std::vector<std::vector<uint8_t>>& all) override {
+    if (std::string_view(collective) != "alltoallv") return;
     if (++calls_ % 2 == 0) {  // the second phase: rank 2's kept sums claim index 0 (region 0)
       MessageWriter writer(ValueType::kFloat32, 0, run_id);
       writer.add(0, 1152, std::vector<uint32_t>{0}, std::vector<float>{1.0f});
       writer.finish(all[2]);
     }
-    return all;
   }
-  void allreduce_sum(std::span<float> values, comm::Timeout timeout) override {
-    inner_.allreduce_sum(values, timeout);
-  }
-  void broadcast(std::span<uint8_t> data, int root, comm::Timeout timeout) override {
-    inner_.broadcast(data, root, timeout);
-  }
-  void barrier(comm::Timeout timeout) override { inner_.barrier(timeout); }
-  RunId run_id{};  // the job's, so that only the region check can refuse the forged sums
 
  private:
-  comm::Communicator& inner_;
   int calls_ = 0;
 };
 
