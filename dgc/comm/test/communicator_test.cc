@@ -468,6 +468,143 @@ TEST(RunLocal, RejectsABadWorldSize) {
   EXPECT_THROW(run_local(0, quick(), [](Communicator&) {}), InvalidArgument);
 }
 
+// ---- what the base does for every backend ----
+
+// Rank 0 of two, with a scripted peer: the peer announces `peer_size` bytes and sends a pattern.
+// Counts the primitive calls and records the timeout each was given.
+class ScriptedCommunicator final : public Communicator {
+ public:
+  explicit ScriptedCommunicator(uint64_t peer_size) : Communicator(milliseconds(1500)),
+                                                       peer_size_(peer_size) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "scripted"; }
+  int primitives = 0;
+  int failures = 0;
+  milliseconds last_timeout{0};
+  bool stall = false;  // the next primitive times out
+
+ protected:
+  std::vector<uint64_t> allgather_sizes(uint64_t mine, const Call& call) override {
+    enter(call);
+    return {mine, peer_size_};
+  }
+  void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
+                          const Call& call) override {
+    enter(call);
+    for (uint64_t j = 0; j < sizes[1]; ++j) flat[sizes[0] + j] = pattern(1, j);
+  }
+  std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t>, const Call& call) override {
+    enter(call);
+    return {0, peer_size_};
+  }
+  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>, std::span<uint8_t>,
+                         std::span<const uint64_t>, const Call& call) override {
+    enter(call);
+  }
+  void allreduce_sum_primitive(std::span<float>, const Call& call) override { enter(call); }
+  void broadcast_primitive(std::span<uint8_t>, int, const Call& call) override { enter(call); }
+  void barrier_primitive(const Call& call) override { enter(call); }
+  void on_failure() override { ++failures; }
+
+ private:
+  void enter(const Call& call) {
+    ++primitives;
+    last_timeout = call.timeout;
+    if (stall) throw TimeoutError(std::string("scripted ") + call.op + " timed out");
+  }
+  uint64_t peer_size_;
+};
+
+TEST(CommunicatorBase, AnnouncedSizeOverTheLimitIsRefusedBeforeThePayloadAndForGood) {
+  ScriptedCommunicator comm(kMaxMessageBytes + 1);
+  const std::vector<uint8_t> message(10, 7);
+  try {
+    comm.allgatherv(message);
+    FAIL() << "accepted a 16 GiB announcement";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("allgatherv: rank 1 announced a message of 17179869185 "
+                                         "bytes, over the limit of 17179869184"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(comm.primitives, 1) << "only the sizes travelled";
+  EXPECT_EQ(comm.failures, 1);
+  EXPECT_FALSE(comm.failure().empty());
+  // Unusable from now on, without touching the transport.
+  try {
+    comm.barrier();
+    FAIL() << "a failed communicator ran a barrier";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("scripted barrier on rank 0: the communicator is unusable "
+                                         "after an earlier error: allgatherv: rank 1 announced"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(comm.primitives, 1);
+  EXPECT_EQ(comm.failures, 1) << "on_failure runs once";
+
+  ScriptedCommunicator direct(kMaxMessageBytes + 1);
+  const std::vector<std::span<const uint8_t>> two = {message, message};
+  EXPECT_THROW(direct.alltoallv(two), CommError);
+  EXPECT_EQ(direct.primitives, 1);
+}
+
+TEST(CommunicatorBase, UnsetTimeoutIsTheDefaultAndAnExplicitOneIsUsedAsGiven) {
+  ScriptedCommunicator comm(3);
+  comm.barrier();
+  EXPECT_EQ(comm.last_timeout, milliseconds(1500));
+  comm.barrier(kUnsetTimeout);
+  EXPECT_EQ(comm.last_timeout, milliseconds(1500));
+  comm.barrier(milliseconds(20));
+  EXPECT_EQ(comm.last_timeout, milliseconds(20));
+  // Not a timeout: refused before anything runs, and the communicator stays usable.
+  EXPECT_THROW(comm.barrier(milliseconds(0)), InvalidArgument);
+  EXPECT_THROW(comm.barrier(milliseconds(-5)), InvalidArgument);
+  EXPECT_EQ(comm.primitives, 3);
+  EXPECT_TRUE(comm.failure().empty());
+}
+
+TEST(CommunicatorBase, ArgumentErrorsSendNothingAndLeaveTheCommunicatorUsable) {
+  ScriptedCommunicator comm(3);
+  const std::vector<uint8_t> message(4, 1);
+  const std::vector<std::span<const uint8_t>> three = {message, message, message};
+  EXPECT_THROW(comm.alltoallv(three), InvalidArgument);
+  std::vector<uint8_t> data(4);
+  EXPECT_THROW(comm.broadcast(data, 2), InvalidArgument);
+  EXPECT_EQ(comm.primitives, 0);
+  EXPECT_TRUE(comm.failure().empty());
+  // Nothing to do: no primitive runs.
+  comm.allreduce_sum({});
+  comm.broadcast({}, 0);
+  EXPECT_EQ(comm.primitives, 0);
+}
+
+TEST(CommunicatorBase, AFailedPrimitiveKeepsItsErrorTypeAndMarksTheCommunicator) {
+  ScriptedCommunicator comm(3);
+  comm.stall = true;
+  std::vector<float> values(8, 1.0f);
+  EXPECT_THROW(comm.allreduce_sum(values), TimeoutError);
+  EXPECT_EQ(comm.failure(), "scripted allreduce timed out");
+  EXPECT_EQ(comm.failures, 1);
+  comm.stall = false;
+  EXPECT_THROW(comm.allreduce_sum(values), CommError);
+  EXPECT_EQ(comm.primitives, 1);
+}
+
+TEST(CommunicatorBase, AllgathervAssemblesTheMessagesAndCountsRingBytes) {
+  ScriptedCommunicator comm(5);
+  const std::vector<uint8_t> message = {1, 2, 3};
+  const auto all = comm.allgatherv(message);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], message);
+  ASSERT_EQ(all[1].size(), 5u);
+  for (size_t j = 0; j < 5; ++j) EXPECT_EQ(all[1][j], pattern(1, j));
+  // Sizes: 8 bytes each way; payload: a ring of two sends its own 3 and receives the peer's 5.
+  EXPECT_EQ(comm.bytes().sent, 8u + 3u);
+  EXPECT_EQ(comm.bytes().received, 8u + 5u);
+}
+
 // ---- wire byte formulas ----
 
 TEST(WireBytes, RingAllgathervForwardsAllButTheNextRanksMessage) {
