@@ -62,7 +62,7 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   DGC_CHECK(timeout_seconds > 0, "timeout must be positive, got ", timeout_seconds, " s");
   OptimizerOptions o;
   o.compression = train::parse_compression(compression);
-  o.density.density = density;
+  o.density.after_warmup = density;
   o.density.warmup_epochs = warmup_epochs;
   if (warmup_stages > 0 && warmup_epochs > 0) {
     // The paper's stages fitted into the warm-up epochs, as `dgc train --warmup-stages` does.
@@ -71,7 +71,7 @@ OptimizerOptions make_options(const std::string& compression, double density, do
         std::max<int64_t>(1, static_cast<int64_t>(std::ceil(warmup_iterations / warmup_stages)));
   }
   o.iterations_per_epoch = iterations_per_epoch;
-  o.compressor.momentum = {.momentum = momentum, .nesterov = nesterov, .masking = masking};
+  o.compressor.momentum = {.factor = momentum, .nesterov = nesterov, .masking = masking};
   o.compressor.selection.method = parse_selection(selection);
   o.compressor.selection.sample_ratio = sample_ratio;
   o.compressor.value_type = parse_value_type(value_type);
@@ -211,7 +211,7 @@ std::vector<torch::Tensor> distributed_optimizer_steps(
     c10::intrusive_ptr<c10d::ProcessGroup> group, const std::vector<std::string>& names,
     const std::vector<torch::Tensor>& weights, const std::vector<std::vector<torch::Tensor>>& grads,
     OptimizerOptions options, double lr) {
-  options.lr.lr = lr;
+  options.lr.base = lr;
   auto comm = comm::connect_process_group(std::move(group), group_options(options, "cpu"));
   TensorModule model(names, weights);
   {

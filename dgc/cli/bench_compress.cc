@@ -110,7 +110,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   Compressor compressor({o.numel}, options);
   Compressor staged({o.numel}, options);
   std::vector<float> saved_u(n), saved_v(n);
-  const float m = static_cast<float>(options.momentum.momentum);
+  const float m = static_cast<float>(options.momentum.factor);
 
   std::vector<std::vector<float>> grads(static_cast<size_t>(o.gradients), std::vector<float>(n));
   for (size_t i = 0; i < grads.size(); ++i) fill_gradient(grads[i], o.seed * 1000 + i);

@@ -132,8 +132,8 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   }
   train::OptimizerOptions options;
   options.compression = compression;
-  options.density = {.density = o.density, .warmup_epochs = 0.0, .iterations_per_stage = 0};
-  options.lr = {.lr = 0.1, .warmup_epochs = 0.0};
+  options.density = {.after_warmup = o.density, .warmup_epochs = 0.0, .iterations_per_stage = 0};
+  options.lr = {.base = 0.1, .warmup_epochs = 0.0};
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.compressor.seed = o.seed;
   options.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};

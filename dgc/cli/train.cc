@@ -173,7 +173,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   if (cmd.task == "lm") {
     options.model = "lstm";
     using D = train::LmTrainDefaults;
-    if (sub.count("--lr") == 0) opt.lr.lr = D::kLr;
+    if (sub.count("--lr") == 0) opt.lr.base = D::kLr;
     if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
     if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
     if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
@@ -181,7 +181,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   } else if (cmd.task == "speech") {
     options.model = "gru";
     using D = train::SpeechTrainDefaults;
-    if (sub.count("--lr") == 0) opt.lr.lr = D::kLr;
+    if (sub.count("--lr") == 0) opt.lr.base = D::kLr;
     if (sub.count("--clip-norm") == 0) opt.clip_norm = D::kClipNorm;
     if (sub.count("--weight-decay") == 0) opt.weight_decay = D::kWeightDecay;
     if (sub.count("--batch-size") == 0) options.batch_size = D::kBatchSize;
@@ -302,7 +302,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
               "  compression dgc: density %g after a warm-up of %g epoch(s) (%lld iterations, "
               "stages of %lld iterations at density max(d, 0.25^(stage+1))), momentum factor "
               "masking %s\n",
-              opt.density.density, opt.density.warmup_epochs,
+              opt.density.after_warmup, opt.density.warmup_epochs,
               static_cast<long long>(info.warmup_iterations), static_cast<long long>(stage),
               opt.compressor.momentum.masking ? "on" : "off");
           if (opt.selection_scope == train::SelectionScope::kGlobal) {
@@ -332,9 +332,9 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
           clip = detail::concat(", clip norm ", opt.clip_norm, " (the averaged gradient)");
         }
         std::printf(
-            "  lr %g (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", opt.lr.lr,
+            "  lr %g (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", opt.lr.base,
             cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
-            opt.lr_in_velocity ? ", inside the velocity" : "", opt.compressor.momentum.momentum,
+            opt.lr_in_velocity ? ", inside the velocity" : "", opt.compressor.momentum.factor,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         std::printf("  job %s: %s\n", info.run_id.c_str(),
                     info.authenticated
@@ -539,7 +539,7 @@ void add_train(CLI::App& app) {
   sub->add_option("--compression", cmd->compression, "dgc, or none for the dense baseline")
       ->check(CLI::IsMember({"dgc", "none"}))
       ->capture_default_str();
-  sub->add_option("--density", opt.density.density,
+  sub->add_option("--density", opt.density.after_warmup,
                   "Fraction of each compressed tensor sent after warm-up (d)")
       ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
@@ -552,7 +552,7 @@ void add_train(CLI::App& app) {
                   "per epoch)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub->add_option("--momentum", opt.compressor.momentum.momentum, "Momentum m")
+  sub->add_option("--momentum", opt.compressor.momentum.factor, "Momentum m")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   add_switch(*sub, "nesterov", opt.compressor.momentum.nesterov,
@@ -632,7 +632,7 @@ void add_train(CLI::App& app) {
                   "tighter than dense clipping")
       ->check(CLI::IsMember({"paper", "mean"}))
       ->capture_default_str();
-  sub->add_option("--lr", opt.lr.lr, "Base learning rate (lm default: 5, speech default: 0.25)")
+  sub->add_option("--lr", opt.lr.base, "Base learning rate (lm default: 5, speech default: 0.25)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--lr-warmup-epochs", opt.lr.warmup_epochs,

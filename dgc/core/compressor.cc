@@ -23,8 +23,8 @@ namespace {
 
 void check_options(const CompressionOptions& o) {
   DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "density must be in (0, 1], got ", o.density);
-  DGC_CHECK(o.momentum.momentum >= 0.0 && o.momentum.momentum <= 1.0,
-            "momentum must be in [0, 1], got ", o.momentum.momentum);
+  DGC_CHECK(o.momentum.factor >= 0.0 && o.momentum.factor <= 1.0,
+            "momentum must be in [0, 1], got ", o.momentum.factor);
   DGC_CHECK(o.selection.sample_ratio > 0.0 && o.selection.sample_ratio <= 1.0,
             "sample_ratio must be in (0, 1], got ", o.selection.sample_ratio);
   DGC_CHECK(o.selection.lower_ratio >= 0.0 && o.selection.lower_ratio <= 1.0,
@@ -227,7 +227,7 @@ void Compressor::run_step(size_t t, std::span<const float> grad, double density,
   target.update = mo.nesterov ? detail::Update::kNesterov : detail::Update::kPlain;
   target.momentum = u.data();
   target.grad = grad.data();
-  target.m = static_cast<float>(mo.momentum);
+  target.m = static_cast<float>(mo.factor);
   target.source_momentum = source_u;
   target.source_velocity = source_v;
 

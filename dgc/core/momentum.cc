@@ -18,7 +18,7 @@ void accumulate_velocity(std::span<float> momentum, std::span<float> velocity,
                          std::span<const float> grad, const MomentumOptions& options) {
   DGC_CHECK_EQ(momentum.size(), velocity.size(), "momentum and velocity must have equal length");
   DGC_CHECK_EQ(grad.size(), velocity.size(), "gradient and velocity must have equal length");
-  const float m = static_cast<float>(options.momentum);
+  const float m = static_cast<float>(options.factor);
   if (options.nesterov) {
     accumulate<detail::Update::kNesterov>(momentum.data(), velocity.data(), grad.data(),
                                           grad.size(), m);

@@ -28,7 +28,7 @@ struct SelectionOptions {
 };
 
 struct MomentumOptions {
-  double momentum = 0.9;  // m
+  double factor = 0.9;    // m
   bool nesterov = false;  // u = m*(u + g); v += u + g   (otherwise u = m*u + g; v += u)
   bool masking = true;    // momentum factor masking: zero u where v was sent
 };

@@ -10,20 +10,20 @@ namespace dgc {
 
 double density_at(const DensitySchedule& schedule, int64_t iteration,
                   int64_t iterations_per_epoch) {
-  DGC_CHECK(schedule.density > 0.0 && schedule.density <= 1.0, "density must be in (0, 1], got ",
-            schedule.density);
+  DGC_CHECK(schedule.after_warmup > 0.0 && schedule.after_warmup <= 1.0, "density must be in (0, 1], got ",
+            schedule.after_warmup);
   DGC_CHECK_GT(iterations_per_epoch, 0, "iterations per epoch must be positive");
   DGC_CHECK_GE(iteration, 0, "iterations count from 0");
   DGC_CHECK_GE(schedule.iterations_per_stage, 0, "iterations_per_stage must not be negative");
   const double warmup_iterations =
       schedule.warmup_epochs * static_cast<double>(iterations_per_epoch);
-  if (static_cast<double>(iteration) >= warmup_iterations) return schedule.density;
+  if (static_cast<double>(iteration) >= warmup_iterations) return schedule.after_warmup;
   const int64_t stage_length =
       schedule.iterations_per_stage > 0 ? schedule.iterations_per_stage : iterations_per_epoch;
   // 0.25^(s+1) = 2^(-2(s+1)): exact in binary; past s = 600 it is 0 anyway.
   const int64_t stage = std::min<int64_t>(iteration / stage_length, 600);
   const double warm = std::ldexp(1.0, -2 * static_cast<int>(stage + 1));
-  return std::max(schedule.density, warm);
+  return std::max(schedule.after_warmup, warm);
 }
 
 double lr_at(const LearningRateSchedule& schedule, int64_t iteration,
@@ -34,7 +34,7 @@ double lr_at(const LearningRateSchedule& schedule, int64_t iteration,
             "warmup_start is a fraction of lr in [0, 1], got ", schedule.warmup_start);
   const double per_epoch = static_cast<double>(iterations_per_epoch);
   const double it = static_cast<double>(iteration);
-  double lr = schedule.lr;
+  double lr = schedule.base;
   switch (schedule.decay) {
     case LearningRateSchedule::Decay::kConstant:
       break;

@@ -7,7 +7,7 @@
 namespace dgc {
 
 struct DensitySchedule {
-  double density = 0.001;       // final density d
+  double after_warmup = 0.001;  // d: the density once the warm-up is over
   double warmup_epochs = 0.0;   // warm-up length in epochs (the paper: 4 of 164, 1 of 40 ...)
   // Stage length in iterations. 0: one stage per epoch (the paper's). > 0: density changes every
   // `iterations_per_stage` iterations instead (the "per iteration" setting).
@@ -21,7 +21,7 @@ struct DensitySchedule {
 double density_at(const DensitySchedule& schedule, int64_t iteration, int64_t iterations_per_epoch);
 
 struct LearningRateSchedule {
-  double lr = 0.1;               // base learning rate (after warm-up)
+  double base = 0.1;             // the base learning rate (after warm-up)
   double warmup_epochs = 0.0;    // linear ramp length in epochs (Goyal et al.)
   double warmup_start = 0.0;     // ramp starts at warmup_start * lr ... (0 = from lr / steps)
   enum class Decay : uint8_t { kConstant, kCosine, kStep } decay = Decay::kCosine;

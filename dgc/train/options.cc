@@ -92,12 +92,12 @@ std::string describe(const OptimizerOptions& o) {
   std::ostringstream out;
   const auto& c = o.compressor;
   out << "compression=" << to_string(o.compression) << "\n"
-      << "momentum=" << Num{c.momentum.momentum} << "\n"
+      << "momentum=" << Num{c.momentum.factor} << "\n"
       << "nesterov=" << c.momentum.nesterov << "\n"
       << "weight_decay=" << Num{o.weight_decay} << "\n"
       << "clip_norm=" << Num{o.clip_norm} << "\n"
       << "clip_scaling=" << to_string(o.clip_scaling) << "\n"
-      << "lr=" << Num{o.lr.lr} << "\n"
+      << "lr=" << Num{o.lr.base} << "\n"
       << "lr_warmup_epochs=" << Num{o.lr.warmup_epochs} << "\n"
       << "lr_warmup_start=" << Num{o.lr.warmup_start} << "\n"
       << "lr_decay=" << to_string(o.lr.decay) << "\n"
@@ -109,7 +109,7 @@ std::string describe(const OptimizerOptions& o) {
       << "max_consecutive_skips=" << o.max_consecutive_skips << "\n"
       << "on_nonfinite=" << to_string(o.on_nonfinite) << "\n";
   if (o.compression == Compression::kDgc) {
-    out << "density=" << Num{o.density.density} << "\n"
+    out << "density=" << Num{o.density.after_warmup} << "\n"
         << "warmup_epochs=" << Num{o.density.warmup_epochs} << "\n"
         << "warmup_stage_iterations=" << o.density.iterations_per_stage << "\n"
         << "masking=" << c.momentum.masking << "\n"

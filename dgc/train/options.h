@@ -73,7 +73,7 @@ struct OptimizerOptions {
   Compression compression = Compression::kDgc;
 
   // Momentum (m, Nesterov, masking), selection, wire value type, threads and sampling seed of the
-  // compressor. momentum.momentum and momentum.nesterov also drive the dense path (and the dense
+  // compressor. momentum.factor and momentum.nesterov also drive the dense path (and the dense
   // baseline). compression.density is not used: the density comes from `density` below.
   CompressionOptions compressor;
 
@@ -97,11 +97,11 @@ struct OptimizerOptions {
   SelectionScope selection_scope = SelectionScope::kTensor;
 
   // Density d after warm-up and the exponential warm-up (density_at). Paper: d = 0.001.
-  DensitySchedule density{.density = 0.001, .warmup_epochs = 1.0, .iterations_per_stage = 0};
+  DensitySchedule density{.after_warmup = 0.001, .warmup_epochs = 1.0, .iterations_per_stage = 0};
 
   // Base learning rate, linear warm-up alongside the density warm-up, cosine decay to 0 at
   // total_epochs (lr_at). total_epochs is set by the trainer.
-  LearningRateSchedule lr{.lr = 0.1, .warmup_epochs = 1.0};
+  LearningRateSchedule lr{.base = 0.1, .warmup_epochs = 1.0};
   // DGC only: the schedule's factor lr_t / lr goes inside the accumulation. Each step's gradient
   // (after local clipping; the weight-decay term too) enters the momentum and the velocity scaled
   // by lr_t / lr, and the caller applies every direction at the base lr: an element sent k steps

@@ -43,15 +43,15 @@ DistributedStep::DistributedStep(
     OptimizerOptions options, const std::string& run_settings)
     : comm_(comm), options_(std::move(options)) {
   DGC_CHECK_GE(options_.iterations_per_epoch, 1, "iterations per epoch");
-  DGC_CHECK(options_.density.density > 0 && options_.density.density <= 1,
-            "density must be in (0, 1], got ", options_.density.density);
+  DGC_CHECK(options_.density.after_warmup > 0 && options_.density.after_warmup <= 1,
+            "density must be in (0, 1], got ", options_.density.after_warmup);
   DGC_CHECK(options_.dense_path_density > 0 && options_.dense_path_density <= 1,
             "dense-path density must be in (0, 1], got ", options_.dense_path_density);
   DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
-  DGC_CHECK_GE(options_.compressor.momentum.momentum, 0.0, "momentum");
+  DGC_CHECK_GE(options_.compressor.momentum.factor, 0.0, "momentum");
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
   DGC_CHECK(!options_.lr_in_velocity ||
-                (options_.compression == Compression::kDgc && options_.lr.lr > 0),
+                (options_.compression == Compression::kDgc && options_.lr.base > 0),
             "the learning rate inside the velocity (--lr-in-velocity) needs DGC and a base "
             "learning rate above 0");
   DGC_CHECK(options_.max_consecutive_skips >= 1,
@@ -86,7 +86,7 @@ DistributedStep::DistributedStep(
   exchange_options.timeout = options_.timeout;
   exchange_options.settings = settings_;
   exchange_options.algorithm = options_.exchange;
-  exchange_options.density = options_.density.density;
+  exchange_options.density = options_.density.after_warmup;
   exchange_options.message_key = options_.message_key;
   std::vector<TensorSpec> exchange_layout;
   if (grouped_) {
@@ -115,7 +115,7 @@ DistributedStep::DistributedStep(
   if (grouped_) numels.push_back(static_cast<int64_t>(dense_numel));
   if (!numels.empty()) {
     CompressionOptions compressor_options = options_.compressor;
-    compressor_options.density = options_.density.density;
+    compressor_options.density = options_.density.after_warmup;
     compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
     compressor_ = std::make_unique<Compressor>(numels, compressor_options);
     selections_.resize(numels.size());
@@ -129,11 +129,11 @@ DistributedStep::DistributedStep(
 
 double DistributedStep::lr_factor_at(int64_t iteration) const {
   if (!options_.lr_in_velocity) return 1.0;
-  return lr_at(options_.lr, iteration, options_.iterations_per_epoch) / options_.lr.lr;
+  return lr_at(options_.lr, iteration, options_.iterations_per_epoch) / options_.lr.base;
 }
 
 double DistributedStep::update_lr_at(int64_t iteration) const {
-  if (options_.lr_in_velocity) return options_.lr.lr;
+  if (options_.lr_in_velocity) return options_.lr.base;
   return lr_at(options_.lr, iteration, options_.iterations_per_epoch);
 }
 
@@ -146,7 +146,7 @@ double DistributedStep::dense_path_density() const {
   if (!grouped_) return 1.0;
   if (global_) return density();
   DensitySchedule schedule = options_.density;
-  schedule.density = options_.dense_path_density;
+  schedule.after_warmup = options_.dense_path_density;
   return density_at(schedule, iteration_, options_.iterations_per_epoch);
 }
 
@@ -287,7 +287,7 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   }
 
   // 5. The directions.
-  const auto m = static_cast<float>(options_.compressor.momentum.momentum);
+  const auto m = static_cast<float>(options_.compressor.momentum.factor);
   const bool nesterov = options_.compressor.momentum.nesterov;
   const auto wd = static_cast<float>(options_.weight_decay * lr_factor);
   if (!grouped_) {

@@ -252,7 +252,7 @@ TEST(Step, SixteenBitResidualKeepsTheRoundingError) {
   CompressionOptions options;
   options.density = 1.0;
   options.value_type = ValueType::kFloat16;
-  options.momentum.momentum = 0.0;
+  options.momentum.factor = 0.0;
   Compressor compressor({3}, options);
   const std::vector<float> g = {1.0f + 1.0f / 4096.0f, 1e5f, -3.0f};  // rounds; saturates; exact
   Selection s;

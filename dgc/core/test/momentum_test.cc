@@ -34,7 +34,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, AccumulateTest,
 
 TEST(Accumulate, PlainAndNesterovFormulas) {
   MomentumOptions options;
-  options.momentum = 0.5;
+  options.factor = 0.5;
   std::vector<float> u = {2.0f}, v = {1.0f};
   const std::vector<float> g = {4.0f};
   accumulate_velocity(u, v, g, options);  // u = 0.5*2 + 4 = 5; v = 1 + 5 = 6

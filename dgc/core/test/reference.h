@@ -39,7 +39,7 @@ inline std::vector<float> tied_values(size_t n, uint64_t seed, int range = 3) {
 // docs/algorithm.md step 2, written out.
 inline void reference_accumulate(std::vector<float>& u, std::vector<float>& v,
                                  const std::vector<float>& g, const MomentumOptions& o) {
-  const float m = static_cast<float>(o.momentum);
+  const float m = static_cast<float>(o.factor);
   for (size_t i = 0; i < g.size(); ++i) {
     if (o.nesterov) {
       u[i] = m * (u[i] + g[i]);

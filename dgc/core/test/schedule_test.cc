@@ -13,7 +13,7 @@ namespace {
 
 TEST(DensitySchedule, PaperWarmupIsExactPerEpoch) {
   DensitySchedule s;
-  s.density = 0.001;
+  s.after_warmup = 0.001;
   s.warmup_epochs = 4;
   const int64_t per_epoch = 100;
   const double expected[] = {0.25, 0.0625, 0.015625, 0.00390625};
@@ -28,7 +28,7 @@ TEST(DensitySchedule, PaperWarmupIsExactPerEpoch) {
 
 TEST(DensitySchedule, NeverBelowFinalDensity) {
   DensitySchedule s;
-  s.density = 0.01;
+  s.after_warmup = 0.01;
   s.warmup_epochs = 6;
   // 0.25^4 = 0.0039 < 0.01: stages 3.. give d.
   EXPECT_EQ(density_at(s, 2 * 10, 10), 0.015625);
@@ -44,7 +44,7 @@ TEST(DensitySchedule, NoWarmupIsConstant) {
 
 TEST(DensitySchedule, PerIterationStages) {
   DensitySchedule s;
-  s.density = 0.001;
+  s.after_warmup = 0.001;
   s.warmup_epochs = 1;
   s.iterations_per_stage = 10;
   const int64_t per_epoch = 50;
@@ -68,13 +68,13 @@ TEST(DensitySchedule, RejectsBadArguments) {
   DensitySchedule s;
   EXPECT_THROW(density_at(s, 0, 0), InvalidArgument);
   EXPECT_THROW(density_at(s, -1, 10), InvalidArgument);
-  s.density = 0.0;
+  s.after_warmup = 0.0;
   EXPECT_THROW(density_at(s, 0, 10), InvalidArgument);
 }
 
 TEST(LearningRate, LinearWarmupFromLrOverSteps) {
   LearningRateSchedule s;
-  s.lr = 0.1;
+  s.base = 0.1;
   s.warmup_epochs = 2;
   s.decay = LearningRateSchedule::Decay::kConstant;
   const int64_t per_epoch = 10;  // 20 warm-up steps
@@ -89,7 +89,7 @@ TEST(LearningRate, LinearWarmupFromLrOverSteps) {
 
 TEST(LearningRate, WarmupFromAStartFraction) {
   LearningRateSchedule s;
-  s.lr = 0.2;
+  s.base = 0.2;
   s.warmup_epochs = 1;
   s.warmup_start = 0.1;
   s.decay = LearningRateSchedule::Decay::kConstant;
@@ -100,7 +100,7 @@ TEST(LearningRate, WarmupFromAStartFraction) {
 
 TEST(LearningRate, CosineDecayAfterWarmup) {
   LearningRateSchedule s;
-  s.lr = 0.1;
+  s.base = 0.1;
   s.warmup_epochs = 0;
   s.total_epochs = 10;
   const int64_t per_epoch = 10;
@@ -124,7 +124,7 @@ TEST(LearningRate, CosineWithoutTotalIsConstant) {
 
 TEST(LearningRate, StepDecayAtMilestones) {
   LearningRateSchedule s;
-  s.lr = 1.0;
+  s.base = 1.0;
   s.decay = LearningRateSchedule::Decay::kStep;
   s.step_gamma = 0.1;
   s.step_epochs[0] = 3;

@@ -326,7 +326,7 @@ TEST_P(ExchangeTest, SelectedEqualsAppliedPlusReturnedPerRank) {
     const int r = comm.rank();
     Exchange exchange(comm, layout, options_for(c));
     CompressionOptions compression;
-    compression.momentum.momentum = 0.0;
+    compression.momentum.factor = 0.0;
     compression.density = 0.02;
     compression.seed = 17 + static_cast<uint64_t>(r);
     Compressor compressor({static_cast<int64_t>(numel)}, compression);

@@ -94,9 +94,9 @@ TEST_F(KjvTask, UntrainedPerplexityIsNearTheVocabularySizeAndTrainingLowersIt) {
   options.threads = 1;
   options.train_examples = 300;  // about 8000 tokens: 2 ranks x 4 columns x 10 = 80 per step
   options.test_examples = 100;
-  options.optimizer.density.density = 0.01;
+  options.optimizer.density.after_warmup = 0.01;
   options.optimizer.density.warmup_epochs = 1;
-  options.optimizer.lr.lr = 5.0;
+  options.optimizer.lr.base = 5.0;
   options.optimizer.lr.warmup_epochs = 0.2;
   options.optimizer.clip_norm = 0.25;
   options.optimizer.weight_decay = 0.0;
@@ -139,8 +139,8 @@ TEST_F(KjvTask, ResumeEqualsTheUninterruptedRunBitForBit) {
   options.threads = 1;
   options.train_examples = 120;
   options.test_examples = 40;
-  options.optimizer.density.density = 0.01;
-  options.optimizer.lr.lr = 2.0;
+  options.optimizer.density.after_warmup = 0.01;
+  options.optimizer.lr.base = 2.0;
   options.optimizer.clip_norm = 0.25;
   options.checkpoint_every = 3;
   options.checkpoint_keep = 0;
@@ -232,8 +232,8 @@ TEST_F(KjvTask, TokenLossesFromACheckpointReproduceTheRunsPerplexity) {
   options.threads = 1;
   options.train_examples = 120;
   options.test_examples = 40;
-  options.optimizer.density.density = 0.01;
-  options.optimizer.lr.lr = 2.0;
+  options.optimizer.density.after_warmup = 0.01;
+  options.optimizer.lr.base = 2.0;
   options.optimizer.clip_norm = 0.25;
   const std::string prefix = (*dir_ / "words").string();
   options.checkpoint = prefix;
@@ -319,12 +319,12 @@ OptimizerOptions clipping_options(Compression compression, double density, doubl
   options.policy.min_numel = 16;           // every 2-D tensor compressed, the biases dense
   options.dense_path = DensePath::kExact;  // the biases averaged exactly, as the reference does
   options.compressor.selection.method = SelectionMethod::kExact;
-  options.compressor.momentum.momentum = momentum;
+  options.compressor.momentum.factor = momentum;
   options.compressor.momentum.nesterov = false;
-  options.density.density = density;
+  options.density.after_warmup = density;
   options.density.warmup_epochs = 0;
   options.iterations_per_epoch = 1;
-  options.lr.lr = 0.5;
+  options.lr.base = 0.5;
   options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.weight_decay = 0.0;

@@ -42,7 +42,7 @@ OptimizerOptions make_options(NonFinitePolicy policy, DensePath dense_path) {
   OptimizerOptions o;
   o.on_nonfinite = policy;
   o.dense_path = dense_path;
-  o.density = {.density = 0.02, .warmup_epochs = 1.0, .iterations_per_stage = 1};
+  o.density = {.after_warmup = 0.02, .warmup_epochs = 1.0, .iterations_per_stage = 1};
   o.iterations_per_epoch = 3;  // density warm-up over iterations 0-2: the schedule moves
   o.policy.min_numel = 256;
   o.weight_decay = 1e-3;

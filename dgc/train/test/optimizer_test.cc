@@ -93,10 +93,10 @@ TEST_P(DenseOptimizer, EqualsSingleWorkerSgdOnTheConcatenatedBatch) {
 
   OptimizerOptions options;
   options.compression = Compression::kNone;
-  options.compressor.momentum.momentum = 0.9;
+  options.compressor.momentum.factor = 0.9;
   options.compressor.momentum.nesterov = nesterov;
   options.weight_decay = weight_decay;
-  options.lr.lr = kLr;
+  options.lr.base = kLr;
   options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   std::vector<std::vector<torch::Tensor>> results(static_cast<size_t>(world));
@@ -178,12 +178,12 @@ OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
   options.compression = Compression::kDgc;
   options.policy.min_numel = 16;  // weight (80) compressed, bias (8) dense
   options.compressor.selection.method = method;
-  options.compressor.momentum.momentum = 0.9;
+  options.compressor.momentum.factor = 0.9;
   options.compressor.momentum.nesterov = nesterov;
-  options.density.density = 0.05;     // k = 4 of 80
+  options.density.after_warmup = 0.05;     // k = 4 of 80
   options.density.warmup_epochs = 1;  // first epoch (2 iterations): density 0.25, k = 20
   options.iterations_per_epoch = 2;
-  options.lr.lr = 0.1;
+  options.lr.base = 0.1;
   options.lr.warmup_epochs = 0;
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.weight_decay = 0.01;
@@ -219,7 +219,7 @@ TEST_P(DgcOptimizer, EqualsTheReferenceWrittenByHand) {
     // lr_in_velocity: every gradient and the decay term enter scaled by lr_s / lr, and the
     // update is applied at lr; otherwise they enter as they are and the update is applied at lr_s.
     const auto lr_s = static_cast<float>(lr_at(options.lr, s, options.iterations_per_epoch));
-    const auto base = static_cast<float>(options.lr.lr);
+    const auto base = static_cast<float>(options.lr.base);
     const float scale = lr_in_velocity ? lr_s / base : 1.0f;
     const float lr = lr_in_velocity ? base : lr_s;
     std::vector<float> update(kWeights, 0.0f);
@@ -317,7 +317,7 @@ TEST(DgcOptimizer, LrInVelocityNeedsDgcAndABaseRate) {
     EXPECT_THROW((DistributedOptimizer{comm, model, dense}), InvalidArgument);
     OptimizerOptions zero = dgc_options(false, SelectionMethod::kExact);
     zero.lr_in_velocity = true;
-    zero.lr.lr = 0.0;
+    zero.lr.base = 0.0;
     EXPECT_THROW((DistributedOptimizer{comm, model, zero}), InvalidArgument);
   });
 }
@@ -338,7 +338,7 @@ TEST_P(DgcOptimizerExchange, WeightsMoveByExactlyWhatLeftTheVelocities) {
   comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
     Tiny model;
     OptimizerOptions options = dgc_options(false, SelectionMethod::kExact);
-    options.compressor.momentum.momentum = 0.0;
+    options.compressor.momentum.factor = 0.0;
     options.weight_decay = 0.0;
     options.exchange = GetParam();
     DistributedOptimizer optimizer(comm, model, options);
@@ -625,7 +625,7 @@ TEST_P(GroupedSelection, EqualsDgcOnTheConcatenatedTensor) {
     OptimizerOptions options = dense_path_options(DensePath::kGrouped);
     options.compressor.selection.method = SelectionMethod::kSampled;
     options.policy.min_numel = 1024;  // fc.weight (2000) compressed; 40 + 80 + 3000 grouped
-    options.density.density = 0.01;
+    options.density.after_warmup = 0.01;
     options.density.warmup_epochs = 0;
     options.dense_path_density = 0.01;
     DistributedOptimizer optimizer(comm, model, options);
@@ -675,7 +675,7 @@ TEST_P(GlobalSelection, EqualsDgcOnTheWholeModelConcatenated) {
     OptimizerOptions options = dense_path_options(DensePath::kGrouped);
     options.selection_scope = SelectionScope::kGlobal;
     options.compressor.selection.method = SelectionMethod::kSampled;
-    options.density.density = 0.01;
+    options.density.after_warmup = 0.01;
     options.density.warmup_epochs = 1;  // stages of 2 steps: densities 0.25, 0.0625, then 0.01
     options.density.iterations_per_stage = 2;
     options.iterations_per_epoch = 4;
@@ -745,7 +745,7 @@ TEST_P(ErrorFeedback, SentOverTStepsIsTheExactSumUpToTheLastResidual) {
   comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
     NormNet model;
     OptimizerOptions options = dense_path_options(GetParam());
-    options.compressor.momentum.momentum = 0.0;
+    options.compressor.momentum.factor = 0.0;
     options.weight_decay = 0.0;
     DistributedOptimizer optimizer(comm, model, options);
     const auto dense = [&] {

@@ -77,9 +77,9 @@ TEST_F(RealData, ShortDgcRunBeatsChanceByFar) {
   options.epochs = 4;
   options.batch_size = 16;
   options.threads = 1;
-  options.optimizer.density.density = 0.01;
+  options.optimizer.density.after_warmup = 0.01;
   options.optimizer.density.warmup_epochs = 1;
-  options.optimizer.lr.lr = 0.05;
+  options.optimizer.lr.base = 0.05;
   // 4 workers x 16 = 64 examples per step, 64 steps per epoch, 256 steps.
   std::vector<double> accuracy(4, 0.0);
   std::vector<double> ratio(4, 0.0);
@@ -160,9 +160,9 @@ TrainOptions resume_options() {
   options.threads = 1;
   options.train_examples = 1024;  // 2 workers x 16: 32 iterations per epoch
   options.test_examples = 200;
-  options.optimizer.density.density = 0.01;
+  options.optimizer.density.after_warmup = 0.01;
   options.optimizer.density.warmup_epochs = 1;
-  options.optimizer.lr.lr = 0.05;
+  options.optimizer.lr.base = 0.05;
   options.optimizer.lr.warmup_epochs = 0.5;
   options.optimizer.clip_norm = 2.0;
   return options;
@@ -341,7 +341,7 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
     }
   };
   auto other_density = options;
-  other_density.optimizer.density.density = 0.001;
+  other_density.optimizer.density.after_warmup = 0.001;
   expect_rejected(other_density, 2, "setting 'density' is 0.01 in the checkpoint but 0.001 now");
   auto other_model = options;
   other_model.model = "cnn";
