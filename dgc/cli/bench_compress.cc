@@ -93,7 +93,7 @@ void fused_momentum(float* __restrict u, float* __restrict v, const float* __res
 void run_bench_compress(const BenchCompressOptions& o) {
   DGC_CHECK(o.numel > 0 && o.numel <= int64_t{UINT32_MAX}, "numel must be in [1, 2^32), got ",
             o.numel);
-  DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "density must be in (0, 1], got ", o.density);
+  check_density(o.density);
   DGC_CHECK_GE(o.threads, 1, "threads must be at least 1");
   DGC_CHECK_GE(o.repeat, 1, "repeat must be at least 1");
   DGC_CHECK_GE(o.warmup, 0, "warmup must not be negative");

@@ -546,7 +546,7 @@ void validate(const BenchExchangeOptions& o) {
   DGC_CHECK_GT(o.numel, 0, "--numel must be positive");
   DGC_CHECK_LE(o.numel, int64_t{1} << 32, "--numel must fit 32-bit indices");
   DGC_CHECK_GE(o.dense_numel, 0, "--dense-numel must be >= 0");
-  DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "--density must be in (0, 1], got ", o.density);
+  check_density(o.density, "--density");
   DGC_CHECK_GE(o.repeats, 1, "--repeats must be >= 1");
   DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
   DGC_CHECK_GE(o.dense_repeats, 1, "--dense-repeats must be >= 1");

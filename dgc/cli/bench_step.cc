@@ -266,7 +266,7 @@ void validate(const BenchStepOptions& o) {
   DGC_CHECK_GE(o.steps, 1, "--steps must be >= 1");
   DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
   DGC_CHECK_GE(o.variants, 1, "--gradient-variants must be >= 1");
-  DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "--density must be in (0, 1], got ", o.density);
+  check_density(o.density, "--density");
   DGC_CHECK_GT(o.timeout_seconds, 0.0, "--timeout must be positive");
   DGC_CHECK_GE(o.bandwidth_gbit, 0.0, "--bandwidth-gbit must be >= 0");
 }

@@ -22,7 +22,7 @@ struct Compressor::Workspace {
 namespace {
 
 void check_options(const CompressionOptions& o) {
-  DGC_CHECK(o.density > 0.0 && o.density <= 1.0, "density must be in (0, 1], got ", o.density);
+  check_density(o.density);
   DGC_CHECK(o.momentum.factor >= 0.0 && o.momentum.factor <= 1.0,
             "momentum must be in [0, 1], got ", o.momentum.factor);
   DGC_CHECK(o.selection.sample_ratio > 0.0 && o.selection.sample_ratio <= 1.0,
@@ -209,7 +209,7 @@ void Compressor::discard() {
 void Compressor::run_step(size_t t, std::span<const float> grad, double density, Selection& out,
                           std::vector<float>& u, std::vector<float>& v, const float* source_u,
                           const float* source_v, std::mt19937_64& rng) {
-  DGC_CHECK(density > 0.0 && density <= 1.0, "density must be in (0, 1], got ", density);
+  check_density(density);
   DGC_CHECK_EQ(grad.size(), v.size(), "gradient of tensor ", t, " has the wrong length");
   const size_t n = v.size();
   const MomentumOptions& mo = options_.momentum;

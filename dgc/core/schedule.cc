@@ -5,13 +5,13 @@
 #include <numbers>
 
 #include "dgc/core/error.h"
+#include "dgc/core/selection.h"
 
 namespace dgc {
 
 double density_at(const DensitySchedule& schedule, int64_t iteration,
                   int64_t iterations_per_epoch) {
-  DGC_CHECK(schedule.after_warmup > 0.0 && schedule.after_warmup <= 1.0, "density must be in (0, 1], got ",
-            schedule.after_warmup);
+  check_density(schedule.after_warmup);
   DGC_CHECK_GT(iterations_per_epoch, 0, "iterations per epoch must be positive");
   DGC_CHECK_GE(iteration, 0, "iterations count from 0");
   DGC_CHECK_GE(schedule.iterations_per_stage, 0, "iterations_per_stage must not be negative");

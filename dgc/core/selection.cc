@@ -255,6 +255,10 @@ size_t target_count(size_t numel, double density) {
   return std::clamp<size_t>(tolerant_ceil(density * static_cast<double>(numel)), 1, numel);
 }
 
+void check_density(double density, const char* what) {
+  DGC_CHECK(density > 0.0 && density <= 1.0, what, " must be in (0, 1], got ", density);
+}
+
 size_t sample_count(size_t numel, double density, double sample_ratio) {
   if (numel == 0) return 0;
   DGC_CHECK(density > 0.0, "density must be positive, got ", density);
@@ -271,7 +275,7 @@ void select_exact(std::span<const float> velocity, size_t k, Selection& out) {
 void select_sampled(std::span<const float> velocity, size_t k, double density,
                     const SelectionOptions& options, std::mt19937_64& rng, Selection& out,
                     int threads) {
-  DGC_CHECK(density > 0.0 && density <= 1.0, "density must be in (0, 1], got ", density);
+  check_density(density);
   DGC_CHECK_GE(threads, 1, "threads must be at least 1");
   DGC_CHECK_LE(velocity.size(), size_t{std::numeric_limits<uint32_t>::max()},
                "indices are 32-bit: split larger tensors");

@@ -29,6 +29,11 @@ struct Selection {
   }
 };
 
+// Throws dgc::InvalidArgument unless density is in (0, 1]: the one range check of a density,
+// wherever one enters (flags, options, the core's entry points). `what` names it in the message
+// ("density", "--density", "dense-path density").
+void check_density(double density, const char* what = "density");
+
 // k = ceil(density * numel), at least 1 when numel > 0 and density > 0, at most numel.
 // density >= 1 gives numel; density <= 0 gives 0.
 size_t target_count(size_t numel, double density);

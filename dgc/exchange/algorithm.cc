@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "dgc/core/error.h"
+#include "dgc/core/selection.h"
 
 namespace dgc {
 
@@ -31,7 +32,7 @@ const char* to_string(ExchangeAlgorithm algorithm) {
 
 ExchangeAlgorithm choose_algorithm(int world_size, double density, uint64_t numel) {
   DGC_CHECK_GE(world_size, 1, "world size");
-  DGC_CHECK(density > 0.0 && density <= 1.0, "density must be in (0, 1], got ", density);
+  check_density(density);
   if (world_size == 1) return ExchangeAlgorithm::kAllgather;
   const double k = std::ceil(density * static_cast<double>(numel));
   const double allgather_bytes = k * (world_size - 1) * kBytesPerElement;

@@ -43,10 +43,8 @@ DistributedStep::DistributedStep(
     OptimizerOptions options, const std::string& run_settings)
     : comm_(comm), options_(std::move(options)) {
   DGC_CHECK_GE(options_.iterations_per_epoch, 1, "iterations per epoch");
-  DGC_CHECK(options_.density.after_warmup > 0 && options_.density.after_warmup <= 1,
-            "density must be in (0, 1], got ", options_.density.after_warmup);
-  DGC_CHECK(options_.dense_path_density > 0 && options_.dense_path_density <= 1,
-            "dense-path density must be in (0, 1], got ", options_.dense_path_density);
+  check_density(options_.density.after_warmup);
+  check_density(options_.dense_path_density, "dense-path density");
   DGC_CHECK_GE(options_.weight_decay, 0.0, "weight decay");
   DGC_CHECK_GE(options_.compressor.momentum.factor, 0.0, "momentum");
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
