@@ -4,7 +4,7 @@
 #   step_check.sh path/to/dgc
 set -euo pipefail
 dgc="$1"
-line="$("$dgc" bench step --model cnn --workers 2 --steps 2 --warmup 1 --compute-seconds 0.05 \
+line="$("$dgc" bench step --model cnn --workers 2 --steps 2 --untimed-iterations 1 --compute-seconds 0.05 \
   --bandwidth-gbit 1 --link test --json)"
 echo "$line"
 for field in model workers link compute_seconds step_seconds_dense step_seconds_dgc speedup \

@@ -221,8 +221,8 @@ void run_bench_auth(const BenchAuthOptions& o) {
     std::vector<std::span<float>> spans_a(updates_a.begin(), updates_a.end());
     std::vector<std::span<float>> spans_b(updates_b.begin(), updates_b.end());
     std::vector<float> dense_buffer(dense_numel);
-    const int warmup = 3;
-    for (int s = 0; s < o.steps + warmup; ++s) {
+    const int untimed_steps = 3;
+    for (int s = 0; s < o.steps + untimed_steps; ++s) {
       const auto sel = selections_for(layout, compressed, o.density, o.seed, comm.rank(),
                                       static_cast<uint64_t>(s % 8), group_density);
       for (int k = 0; k < 2; ++k) {
@@ -234,7 +234,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
         exchange.run(static_cast<uint64_t>(s), sel, keyed ? spans_b : spans_a, dense_buffer);
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (comm.rank() != 0 || s < warmup) continue;
+        if (comm.rank() != 0 || s < untimed_steps) continue;
         const auto& t = exchange.last_timings();
         (keyed ? wall_keyed : wall_plain).push_back(wall);
         (keyed ? ev_keyed : ev_plain).push_back(t.encode + t.validate);
