@@ -155,7 +155,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     writer.finish(plain[r]);
     writer.finish(tagged[r], auth, {static_cast<uint32_t>(r), kEveryRank});
   }
-  std::vector<uint8_t> dense_bytes(4 * dense_numel, 0x3c);
+  std::vector<uint8_t> dense_path_payload(4 * dense_numel, 0x3c);
   std::vector<double> tag_one, validate_plain, validate_tagged, dense_tag, dense_verify;
   volatile uint8_t sink = 0;
   const bool dense = dense_numel > 0;
@@ -183,12 +183,13 @@ void run_bench_auth(const BenchAuthOptions& o) {
 
     if (!dense) continue;
     t0 = thread_cpu_seconds();
-    const Tag d = auth.tag({route, std::span<const uint8_t>(dense_bytes)});
+    const Tag d = auth.tag({route, std::span<const uint8_t>(dense_path_payload)});
     t1 = thread_cpu_seconds();
     dense_tag.push_back(t1 - t0);
     t0 = thread_cpu_seconds();
     bool ok = true;
-    for (int r = 0; r < n; ++r) ok = auth.verify({route, std::span<const uint8_t>(dense_bytes)}, d) && ok;
+    for (int r = 0; r < n; ++r)
+      ok = auth.verify({route, std::span<const uint8_t>(dense_path_payload)}, d) && ok;
     t1 = thread_cpu_seconds();
     DGC_CHECK(ok, "the dense tag did not verify");
     dense_verify.push_back(t1 - t0);

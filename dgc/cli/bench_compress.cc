@@ -236,7 +236,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
       {"selected", selected},
       {"encoded_bytes", encoded},
       {"bytes_per_selected", selected > 0 ? encoded / selected : 0.0},
-      {"dense_bytes", 4 * n},
+      {"dense_gradient_bytes", 4 * n},
       {"compression_ratio", encoded > 0 ? 4.0 * static_cast<double>(n) / encoded : 0.0},
       {"threshold_rounds_per_step", static_cast<double>(rounds_total) / o.repeat},
       {"hierarchical_steps", hierarchical_steps},

@@ -189,10 +189,10 @@ struct Result {
   double dense_seconds_min = 0.0;
   uint64_t message_bytes = 0;         // max over ranks: encoded message + dense-path floats
   uint64_t dense_gradient_bytes = 0;  // 4 x every element
-  uint64_t bytes_sent_per_rank = 0;   // DGC wire bytes sent, max over ranks, per iteration
-  uint64_t bytes_received_per_rank = 0;
+  uint64_t wire_bytes_sent_per_rank = 0;  // DGC wire bytes sent, max over ranks, per iteration
+  uint64_t wire_bytes_received_per_rank = 0;
   uint64_t busiest_link_bytes = 0;  // max over ranks and directions (star network)
-  uint64_t dense_bytes_per_rank = 0;
+  uint64_t dense_wire_bytes_per_rank = 0;  // the dense allreduce's wire bytes sent, max
   uint64_t dense_busiest_link_bytes = 0;
   bool verified = false;
   bool dense_verified = false;
@@ -427,10 +427,10 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
     res.selected_per_rank = std::max(res.selected_per_rank, v[0]);
     res.message_bytes = std::max(res.message_bytes, v[1]);
     res.dense_gradient_bytes = std::max(res.dense_gradient_bytes, v[2]);
-    res.bytes_sent_per_rank = std::max(res.bytes_sent_per_rank, v[3]);
-    res.bytes_received_per_rank = std::max(res.bytes_received_per_rank, v[4]);
+    res.wire_bytes_sent_per_rank = std::max(res.wire_bytes_sent_per_rank, v[3]);
+    res.wire_bytes_received_per_rank = std::max(res.wire_bytes_received_per_rank, v[4]);
     res.busiest_link_bytes = std::max({res.busiest_link_bytes, v[3], v[4]});
-    res.dense_bytes_per_rank = std::max(res.dense_bytes_per_rank, v[5]);
+    res.dense_wire_bytes_per_rank = std::max(res.dense_wire_bytes_per_rank, v[5]);
     res.dense_busiest_link_bytes = std::max({res.dense_busiest_link_bytes, v[5], v[6]});
     dgc_bad += v[7];
     dense_bad += v[8];
@@ -484,10 +484,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                                 {"message_bytes", r.message_bytes},
                                 {"dense_gradient_bytes", r.dense_gradient_bytes},
                                 {"compression_ratio", ratio},
-                                {"bytes_sent_per_rank", r.bytes_sent_per_rank},
-                                {"bytes_received_per_rank", r.bytes_received_per_rank},
+                                {"wire_bytes_sent_per_rank", r.wire_bytes_sent_per_rank},
+                                {"wire_bytes_received_per_rank", r.wire_bytes_received_per_rank},
                                 {"busiest_link_bytes", r.busiest_link_bytes},
-                                {"dense_bytes_per_rank", r.dense_bytes_per_rank},
+                                {"dense_wire_bytes_per_rank", r.dense_wire_bytes_per_rank},
                                 {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
                                 {"verified", r.verified},
                                 {"dense_verified", r.dense_verified}};
@@ -510,10 +510,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
     std::printf("  %-22s %12s %12s %14s %14s\n", "", "median s", "min s", "wire sent B",
                 "busiest link B");
     std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "DGC exchange", r.dgc_seconds,
-                r.dgc_seconds_min, static_cast<unsigned long long>(r.bytes_sent_per_rank),
+                r.dgc_seconds_min, static_cast<unsigned long long>(r.wire_bytes_sent_per_rank),
                 static_cast<unsigned long long>(r.busiest_link_bytes));
     std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "dense allreduce", r.dense_seconds,
-                r.dense_seconds_min, static_cast<unsigned long long>(r.dense_bytes_per_rank),
+                r.dense_seconds_min, static_cast<unsigned long long>(r.dense_wire_bytes_per_rank),
                 static_cast<unsigned long long>(r.dense_busiest_link_bytes));
     const std::string speedup_text =
         has_speedup ? detail::concat(std::round(speedup * 10) / 10, "x") : "n/a (one rank)";
@@ -529,10 +529,12 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
         "  phases (median s, the Exchange's own timings): encode %.6f, collective %.6f, validate "
         "%.6f, decode %.6f\n",
         r.phases.encode, r.phases.collective, r.phases.validate, r.phases.decode);
-    std::printf("  applied %llu elements; handed back to a rank: up to %llu; wire received per rank %llu B\n",
-                static_cast<unsigned long long>(r.applied),
-                static_cast<unsigned long long>(r.returned_per_rank),
-                static_cast<unsigned long long>(r.bytes_received_per_rank));
+    std::printf(
+        "  applied %llu elements; handed back to a rank: up to %llu; "
+        "wire received per rank %llu B\n",
+        static_cast<unsigned long long>(r.applied),
+        static_cast<unsigned long long>(r.returned_per_rank),
+        static_cast<unsigned long long>(r.wire_bytes_received_per_rank));
     std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)%s%s\n",
                 r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
                 static_cast<long long>(r.mismatches), r.first_problem.empty() ? "" : "; first: ",

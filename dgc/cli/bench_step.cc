@@ -216,9 +216,9 @@ void print(const Row& r, const BenchStepOptions& o) {
         {"step_seconds_dense", dense_step},
         {"step_seconds_dgc", dgc_step},
         {"speedup", dense_step / dgc_step},
-        {"bytes_sent_per_rank", r.dgc.bytes.wire_sent},
-        {"bytes_received_per_rank", r.dgc.bytes.wire_received},
-        {"dense_bytes_sent_per_rank", r.dense.bytes.wire_sent},
+        {"wire_bytes_sent_per_rank", r.dgc.bytes.wire_sent},
+        {"wire_bytes_received_per_rank", r.dgc.bytes.wire_received},
+        {"dense_wire_bytes_per_rank", r.dense.bytes.wire_sent},
         {"message_bytes", r.dgc.bytes.message},
         {"dense_gradient_bytes", r.dgc.bytes.dense_gradient},
         {"compression_ratio", r.dgc.bytes.message > 0
