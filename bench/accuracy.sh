@@ -79,7 +79,8 @@ done
 # The table, from the JSON lines (flat objects; no jq needed).
 paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_accuracy <"$out/dense.jsonl") \
   <(field test_accuracy <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
-  <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \
+  <(field message_bytes bytes_sent <"$out/dgc.jsonl") \
+  <(field dense_gradient_bytes dense_bytes <"$out/dgc.jsonl") \
   <(field train_loss <"$out/dense.jsonl") <(field train_loss <"$out/dgc.jsonl") \
   <(field iterations <"$out/dgc.jsonl") <(field message_bytes_compressed <"$out/dgc.jsonl") \
   <(field message_bytes_dense_path <"$out/dgc.jsonl") \
@@ -113,7 +114,8 @@ if [ -n "$exchanges" ]; then
     for exchange in $exchanges; do
       acc=$(last "dgc-$exchange")
       ratio=$(paste -d ' ' <(field epoch <"$out/dgc-$exchange.jsonl") \
-        <(field bytes_sent <"$out/dgc-$exchange.jsonl") <(field dense_bytes <"$out/dgc-$exchange.jsonl") |
+        <(field message_bytes bytes_sent <"$out/dgc-$exchange.jsonl") \
+        <(field dense_gradient_bytes dense_bytes <"$out/dgc-$exchange.jsonl") |
         awk -v w="$warmup" '$1 > w { s += $2; d += $3 } END { printf "%.1fx", (s > 0 ? d / s : 0) }')
       echo "| DGC, --exchange $exchange | ${acc}% | $(awk -v a="$acc" -v d="$dense_acc" 'BEGIN { printf "%+.2f", a - d }') | $ratio |"
     done
@@ -125,8 +127,10 @@ if [ -n "$dense_paths" ]; then
   row() {  # row LABEL NAME
     local acc
     acc=$(tail -n 1 "$out/$2.jsonl" | field test_accuracy | awk '{ printf "%.2f", 100 * $1 }')
-    paste -d ' ' <(field epoch <"$out/$2.jsonl") <(field bytes_sent <"$out/$2.jsonl") \
-      <(field dense_bytes <"$out/$2.jsonl") <(field iterations <"$out/$2.jsonl") \
+    paste -d ' ' <(field epoch <"$out/$2.jsonl") \
+      <(field message_bytes bytes_sent <"$out/$2.jsonl") \
+      <(field dense_gradient_bytes dense_bytes <"$out/$2.jsonl") \
+      <(field iterations <"$out/$2.jsonl") \
       <(field message_bytes_compressed <"$out/$2.jsonl") \
       <(field message_bytes_dense_path <"$out/$2.jsonl") \
       <(field message_bytes_headers <"$out/$2.jsonl") |

@@ -11,8 +11,19 @@ import json
 import sys
 
 
+# Keys renamed since (docs/glossary.md, "Renamed"): results written before read as well.
+RENAMED = {"bytes_sent_per_rank": "wire_bytes_sent_per_rank",
+           "bytes_received_per_rank": "wire_bytes_received_per_rank",
+           "dense_bytes_per_rank": "dense_wire_bytes_per_rank"}
+
+
 def load(path):
-    return [json.loads(line) for line in open(path) if line.startswith("{")]
+    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    for row in rows:
+        for old, new in RENAMED.items():
+            if old in row and new not in row:
+                row[new] = row.pop(old)
+    return rows
 
 
 def runs(rows):
@@ -28,7 +39,7 @@ def runs(rows):
               f"| {1e3 * p['encode_seconds']:.2f} | {1e3 * p['collective_seconds']:.2f} "
               f"| {1e3 * p['validate_seconds']:.2f} | {1e3 * p['decode_seconds']:.2f} "
               f"| {1e3 * j['dense_seconds']:.0f} | {j['speedup'] or 0:.1f}x | {j['message_bytes']} "
-              f"| {j['bytes_sent_per_rank']} | {j['bytes_received_per_rank']} "
+              f"| {j['wire_bytes_sent_per_rank']} | {j['wire_bytes_received_per_rank']} "
               f"| {j['applied_per_iteration']} | {j['returned_per_rank']} | {bound} "
               f"| {j['verified'] and j['dense_verified']} |")
 
@@ -43,7 +54,7 @@ def volume(rows):
     def overhead(n):  # per peer: two 32-byte headers and two 8-byte sizes
         return (n - 1) * (2 * 32 + 2 * 8)
 
-    bpe = (sp["bytes_received_per_rank"] - overhead(top)) / ((k + a) * (top - 1) / top)
+    bpe = (sp["wire_bytes_received_per_rank"] - overhead(top)) / ((k + a) * (top - 1) / top)
     print(f"k = {k} selected per rank, a = {a} applied (N = {top}), message m = {m} B, "
           f"sparse-allreduce bytes per element = {bpe:.2f}")
     print("| N | allgather / direct: elements received per worker | bytes | sparse-allreduce: "
@@ -53,7 +64,7 @@ def volume(rows):
     for n in sizes + [16, 64, 256]:
         if n in sizes:
             g, s = by[(n, "allgather")], by[(n, "sparse-allreduce")]
-            gb, sb = g["bytes_received_per_rank"], s["bytes_received_per_rank"]
+            gb, sb = g["wire_bytes_received_per_rank"], s["wire_bytes_received_per_rank"]
             ge = g["selected_per_rank"] * (n - 1)
             se = (s["selected_per_rank"] + s["applied_per_iteration"]) * (n - 1) / n
             src = "measured bytes; elements from the counts"

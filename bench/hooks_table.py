@@ -7,9 +7,22 @@ one row per hook, ratios against the dense DDP row.
 import json
 import sys
 
+# Keys renamed since (docs/glossary.md, "Renamed"): results written before read as well.
+RENAMED = {"bytes_per_step": "message_bytes_per_step",
+           "bytes_per_step_post_warmup": "message_bytes_per_step_post_warmup"}
+
+
+def load(path):
+    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
+    for row in rows:
+        for old, new in RENAMED.items():
+            if old in row and new not in row:
+                row[new] = row.pop(old)
+    return rows
+
 
 def main():
-    rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+    rows = load(sys.argv[1])
     dense = next((r for r in rows if r["hook"] == "none"), None)
     print("| hook | test acc. | vs dense | bytes/step/worker (after warm-up) | bytes/step (whole run) "
           "| compression ratio (after warm-up) | time/step mean | overhead vs dense | time/step median "
@@ -22,15 +35,16 @@ def main():
         median_overhead = (f"{1000 * (r['step_seconds_median'] - dense['step_seconds_median']):+.1f} ms"
                            if dense else "-")
         print(f"| {name} | {100 * r['test_accuracy']:.2f}% | {delta} | "
-              f"{r['bytes_per_step_post_warmup']:,.0f} | {r['bytes_per_step']:,.0f} | "
+              f"{r['message_bytes_per_step_post_warmup']:,.0f} | {r['message_bytes_per_step']:,.0f} | "
               f"{r['compression_ratio_post_warmup']:.1f}x | {1000 * r['step_seconds']:.1f} ms | {overhead} | "
               f"{1000 * r['step_seconds_median']:.1f} ms | {median_overhead} |")
     dgc = next((r for r in rows if r["hook"] == "dgc"), None)
     psgd4 = next((r for r in rows if r["hook"] == "powersgd-rank4"), None)
     if dgc and psgd4:
-        print(f"\nDGC sends {psgd4['bytes_per_step_post_warmup'] / dgc['bytes_per_step_post_warmup']:.1f}x "
-              f"fewer bytes per step than PowerSGD rank 4 after warm-up "
-              f"({psgd4['bytes_per_step'] / dgc['bytes_per_step']:.1f}x over the whole run).")
+        after = psgd4["message_bytes_per_step_post_warmup"] / dgc["message_bytes_per_step_post_warmup"]
+        whole = psgd4["message_bytes_per_step"] / dgc["message_bytes_per_step"]
+        print(f"\nDGC sends {after:.1f}x fewer bytes per step than PowerSGD rank 4 after warm-up "
+              f"({whole:.1f}x over the whole run).")
 
 
 if __name__ == "__main__":

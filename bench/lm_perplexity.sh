@@ -133,7 +133,8 @@ done
 # The table, from the JSON lines (flat objects; no jq needed).
 paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
   <(field test_perplexity <"$out/dgc.jsonl") <(field density <"$out/dgc.jsonl") \
-  <(field bytes_sent <"$out/dgc.jsonl") <(field dense_bytes <"$out/dgc.jsonl") \
+  <(field message_bytes bytes_sent <"$out/dgc.jsonl") \
+  <(field dense_gradient_bytes dense_bytes <"$out/dgc.jsonl") \
   <(field train_loss <"$out/dense.jsonl") <(field train_loss <"$out/dgc.jsonl") \
   <(field validation_perplexity <"$out/dense.jsonl") \
   <(field validation_perplexity <"$out/dgc.jsonl") |
@@ -159,7 +160,8 @@ variant_table() {
   local name=$1 header=$2 flag=$3
   paste -d ' ' <(field epoch <"$out/dense.jsonl") <(field test_perplexity <"$out/dense.jsonl") \
     <(field test_perplexity <"$out/dgc.jsonl") <(field test_perplexity <"$out/$name.jsonl") \
-    <(field bytes_sent <"$out/$name.jsonl") <(field dense_bytes <"$out/$name.jsonl") |
+    <(field message_bytes bytes_sent <"$out/$name.jsonl") \
+    <(field dense_gradient_bytes dense_bytes <"$out/$name.jsonl") |
     awk -v header="$header" -v flag="$flag" '
       BEGIN { print ""; print header; print "|---:|---:|---:|---:|---:|" }
       { printf "| %d | %.2f | %.2f | %.2f | %.1fx |\n", $1, $2, $3, $4, $6/$5; last_dense = $2; last = $4 }

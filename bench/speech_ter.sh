@@ -95,7 +95,8 @@ last() { field "$1" <"$2" | tail -n 1; }
   for seed in $seeds; do
     d=$out/dense-seed$seed.jsonl
     g=$out/dgc-seed$seed.jsonl
-    ratios=$(paste -d ' ' <(field epoch <"$g") <(field bytes_sent <"$g") <(field dense_bytes <"$g") |
+    ratios=$(paste -d ' ' <(field epoch <"$g") <(field message_bytes bytes_sent <"$g") \
+      <(field dense_gradient_bytes dense_bytes <"$g") |
       awk -v warmup="$warmup" '{ sent += $2; dense += $3; if ($1 > warmup) { sp += $2; dp += $3 } }
         END { printf "%.1f %.1f", (sp > 0 ? dp / sp : 0), dense / sent }')
     echo "$seed $(last test_token_error_rate "$d") $(last test_token_error_rate "$g") \

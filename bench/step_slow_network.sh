@@ -53,7 +53,8 @@ table="$out/step_slow_network.md"
     <(field step_seconds_dgc <"$jsonl") <(field scaling_efficiency_dense <"$jsonl") \
     <(field scaling_efficiency_dgc <"$jsonl") <(field dgc_compress_seconds <"$jsonl") \
     <(field dgc_exchange_seconds <"$jsonl") <(field dgc_wire_seconds <"$jsonl") \
-    <(field bytes_sent_per_rank <"$jsonl") <(field dense_bytes_sent_per_rank <"$jsonl") |
+    <(field wire_bytes_sent_per_rank bytes_sent_per_rank <"$jsonl") \
+    <(field dense_wire_bytes_per_rank dense_bytes_sent_per_rank <"$jsonl") |
     sort -k1,1 -k2,2 -k3,3n |
     awk '{
       printf "| %s | %s | %d | %.3f s | %.3f s | %.3f s | %.1fx | %.3f | %.3f | %.1f ms | %.1f ms | %.1f ms | %.2f MB / %.1f MB |\n",

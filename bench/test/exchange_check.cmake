@@ -5,7 +5,8 @@
 cmake_minimum_required(VERSION 3.22)
 
 set(numel 100000)
-set(args bench exchange --numel ${numel} --json --repeats 3 --timeout 30 ${EXTRA})
+set(args bench exchange --numel ${numel} --json --repeats 3 --untimed-iterations 1 --timeout 30
+    ${EXTRA})
 if(MODE STREQUAL "local")
   execute_process(COMMAND ${DGC} ${args} --workers 2
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE status TIMEOUT 150)
@@ -73,15 +74,16 @@ if(NOT algorithm MATCHES "^(allgather|direct|sparse-allreduce)$")
 endif()
 
 # Numbers that must be present and positive; DGC must send far fewer bytes than dense.
-foreach(field density dgc_seconds dense_seconds bytes_sent_per_rank dense_bytes_per_rank
-              message_bytes compression_ratio)
+foreach(field density dgc_seconds dense_seconds wire_bytes_sent_per_rank
+              wire_bytes_received_per_rank dense_wire_bytes_per_rank message_bytes
+              dense_gradient_bytes compression_ratio)
   string(JSON value ERROR_VARIABLE error GET "${line}" ${field})
   if(error OR NOT value GREATER 0)
     message(FATAL_ERROR "field '${field}' missing or not positive: '${value}' ${error}")
   endif()
 endforeach()
-string(JSON sent GET "${line}" bytes_sent_per_rank)
-string(JSON dense GET "${line}" dense_bytes_per_rank)
+string(JSON sent GET "${line}" wire_bytes_sent_per_rank)
+string(JSON dense GET "${line}" dense_wire_bytes_per_rank)
 math(EXPR limit "${dense} / 50")
 if(NOT sent LESS limit)
   message(FATAL_ERROR "DGC sent ${sent} B per rank, dense ${dense} B: expected under 1/50 of it")

@@ -4,11 +4,12 @@
 #   step_check.sh path/to/dgc
 set -euo pipefail
 dgc="$1"
-line="$("$dgc" bench step --model cnn --workers 2 --steps 2 --warmup 1 --compute-seconds 0.05 \
+line="$("$dgc" bench step --model cnn --workers 2 --steps 2 --untimed-iterations 1 --compute-seconds 0.05 \
   --bandwidth-gbit 1 --link test --json)"
 echo "$line"
 for field in model workers link compute_seconds step_seconds_dense step_seconds_dgc speedup \
-  bytes_sent_per_rank scaling_efficiency_dense scaling_efficiency_dgc dgc_compress_seconds \
+  wire_bytes_sent_per_rank wire_bytes_received_per_rank dense_wire_bytes_per_rank message_bytes \
+  dense_gradient_bytes scaling_efficiency_dense scaling_efficiency_dgc dgc_compress_seconds \
   dgc_exchange_seconds dgc_update_seconds dgc_wire_seconds compression_ratio; do
   grep -q "\"$field\":" <<<"$line" || { echo "FAIL: no $field"; exit 1; }
 done
@@ -20,7 +21,8 @@ grep -q '"model":"cnn","parameters":413802,"workers":2,"link":"test"' <<<"$line"
   ok = v["step_seconds_dense"] > 0.05 && v["step_seconds_dgc"] > 0.05 &&
        (v["speedup"] - v["step_seconds_dense"] / v["step_seconds_dgc"])^2 < 1e-6 &&
        v["scaling_efficiency_dgc"] > 0 && v["compression_ratio"] > 10 &&
-       v["bytes_sent_per_rank"] > 0 && v["bytes_sent_per_rank"] < v["dense_bytes_sent_per_rank"] / 10
+       v["wire_bytes_sent_per_rank"] > 0 &&
+       v["wire_bytes_sent_per_rank"] < v["dense_wire_bytes_per_rank"] / 10
   if (!ok) { print "FAIL: inconsistent figures"; exit 1 }
 }'
 if "$dgc" bench step --model resnet18 2>err.txt; then echo "FAIL: unknown model accepted"; exit 1; fi

@@ -155,7 +155,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
     writer.finish(plain[r]);
     writer.finish(tagged[r], auth, {static_cast<uint32_t>(r), kEveryRank});
   }
-  std::vector<uint8_t> dense_bytes(4 * dense_numel, 0x3c);
+  std::vector<uint8_t> dense_path_payload(4 * dense_numel, 0x3c);
   std::vector<double> tag_one, validate_plain, validate_tagged, dense_tag, dense_verify;
   volatile uint8_t sink = 0;
   const bool dense = dense_numel > 0;
@@ -183,12 +183,13 @@ void run_bench_auth(const BenchAuthOptions& o) {
 
     if (!dense) continue;
     t0 = thread_cpu_seconds();
-    const Tag d = auth.tag({route, std::span<const uint8_t>(dense_bytes)});
+    const Tag d = auth.tag({route, std::span<const uint8_t>(dense_path_payload)});
     t1 = thread_cpu_seconds();
     dense_tag.push_back(t1 - t0);
     t0 = thread_cpu_seconds();
     bool ok = true;
-    for (int r = 0; r < n; ++r) ok = auth.verify({route, std::span<const uint8_t>(dense_bytes)}, d) && ok;
+    for (int r = 0; r < n; ++r)
+      ok = auth.verify({route, std::span<const uint8_t>(dense_path_payload)}, d) && ok;
     t1 = thread_cpu_seconds();
     DGC_CHECK(ok, "the dense tag did not verify");
     dense_verify.push_back(t1 - t0);
@@ -221,8 +222,8 @@ void run_bench_auth(const BenchAuthOptions& o) {
     std::vector<std::span<float>> spans_a(updates_a.begin(), updates_a.end());
     std::vector<std::span<float>> spans_b(updates_b.begin(), updates_b.end());
     std::vector<float> dense_buffer(dense_numel);
-    const int warmup = 3;
-    for (int s = 0; s < o.steps + warmup; ++s) {
+    const int untimed_steps = 3;
+    for (int s = 0; s < o.steps + untimed_steps; ++s) {
       const auto sel = selections_for(layout, compressed, o.density, o.seed, comm.rank(),
                                       static_cast<uint64_t>(s % 8), group_density);
       for (int k = 0; k < 2; ++k) {
@@ -234,7 +235,7 @@ void run_bench_auth(const BenchAuthOptions& o) {
         exchange.run(static_cast<uint64_t>(s), sel, keyed ? spans_b : spans_a, dense_buffer);
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (comm.rank() != 0 || s < warmup) continue;
+        if (comm.rank() != 0 || s < untimed_steps) continue;
         const auto& t = exchange.last_timings();
         (keyed ? wall_keyed : wall_plain).push_back(wall);
         (keyed ? ev_keyed : ev_plain).push_back(t.encode + t.validate);

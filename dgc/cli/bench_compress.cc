@@ -47,7 +47,7 @@ struct BenchCompressOptions {
   double density = 0.001;             // d
   int threads = 1;                    // CompressionOptions::threads (and the bound's threads)
   int repeat = 20;                    // timed steps (exact top-k: at most 3)
-  int warmup = 5;                     // untimed steps first (the threshold prediction settles)
+  int untimed_iterations = 5;         // untimed steps first (the threshold prediction settles)
   std::string value_type = "fp32";    // fp32 | fp16 | bf16
   std::string selection = "sampled";  // sampled | exact
   int gradients = 3;                  // pre-generated gradient buffers, cycled
@@ -96,7 +96,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   check_density(o.density);
   DGC_CHECK_GE(o.threads, 1, "threads must be at least 1");
   DGC_CHECK_GE(o.repeat, 1, "repeat must be at least 1");
-  DGC_CHECK_GE(o.warmup, 0, "warmup must not be negative");
+  DGC_CHECK_GE(o.untimed_iterations, 0, "untimed iterations must not be negative");
   DGC_CHECK_GE(o.gradients, 1, "gradients must be at least 1");
   const size_t n = static_cast<size_t>(o.numel);
 
@@ -148,8 +148,8 @@ void run_bench_compress(const BenchCompressOptions& o) {
     std::copy(v.begin(), v.end(), saved_v.begin());
   };
 
-  const int warmup = o.warmup;
-  for (int i = 0; i < warmup; ++i) {
+  const int untimed = o.untimed_iterations;
+  for (int i = 0; i < untimed; ++i) {
     dgc_step(i);
     staged_step(i);
     copy_state();
@@ -159,7 +159,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
   size_t selected_total = 0, bytes_total = 0;
   int rounds_total = 0, hierarchical_steps = 0;
   for (int r = 0; r < o.repeat; ++r) {
-    const int iteration = warmup + r;
+    const int iteration = untimed + r;
     auto start = Clock::now();
     dgc_step(iteration);
     step_times.push_back(seconds_since(start));
@@ -220,7 +220,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
       {"value_type", o.value_type},
       {"selection", o.selection},
       {"repeat", o.repeat},
-      {"warmup", o.warmup},
+      {"untimed_iterations", o.untimed_iterations},
       {"seconds", seconds},
       {"bandwidth_bound_seconds", bound},
       {"exact_topk_seconds", median(exact_times)},
@@ -236,7 +236,7 @@ void run_bench_compress(const BenchCompressOptions& o) {
       {"selected", selected},
       {"encoded_bytes", encoded},
       {"bytes_per_selected", selected > 0 ? encoded / selected : 0.0},
-      {"dense_bytes", 4 * n},
+      {"dense_gradient_bytes", 4 * n},
       {"compression_ratio", encoded > 0 ? 4.0 * static_cast<double>(n) / encoded : 0.0},
       {"threshold_rounds_per_step", static_cast<double>(rounds_total) / o.repeat},
       {"hierarchical_steps", hierarchical_steps},
@@ -275,7 +275,8 @@ void add_bench_compress(CLI::App& bench) {
   cmd->add_option("--selection", options->selection, "Threshold selection method")
       ->check(CLI::IsMember({"sampled", "exact"}))
       ->capture_default_str();
-  cmd->add_option("--warmup", options->warmup, "Untimed steps before the timed ones")
+  cmd->add_option("--untimed-iterations", options->untimed_iterations,
+                  "Untimed steps before the timed ones")
       ->capture_default_str();
   cmd->add_option("--gradients", options->gradients, "Pre-generated gradient buffers, cycled")
       ->capture_default_str();

@@ -10,9 +10,9 @@
 //     before timing; one is timed and reported as select_seconds, outside the exchange time;
 //   - dgc_seconds: Exchange::run with the algorithm of --exchange (allgather, direct,
 //     sparse-allreduce or auto; with dense_numel > 0 also the dense allreduce), `repeats` timed
-//     iterations after `warmup` untimed ones, a barrier before each; per iteration the slowest
-//     rank's time, then the median over iterations. The phases (encode, collective, validate,
-//     decode) are the Exchange's own timings (Exchange::last_timings), same statistic;
+//     iterations after `untimed_iterations` untimed ones, a barrier before each; per iteration the
+//     slowest rank's time, then the median over iterations. The phases (encode, collective,
+//     validate, decode) are the Exchange's own timings (Exchange::last_timings), same statistic;
 //   - dense_seconds: allreduce_sum of the whole gradient (numel + dense_numel floats), same
 //     timing rule, `dense_repeats` iterations after one untimed one.
 // Verification (outside timing): every rank regenerates every rank's gradient from the seeds,
@@ -71,7 +71,7 @@ struct BenchExchangeOptions {
   double density = 0.001;      // d: fraction of the compressed tensor each rank sends
   std::string value_type = "fp32";  // wire type of the values: fp32 | fp16 | bf16
   int repeats = 20;                 // timed DGC exchange iterations
-  int warmup = 2;                   // untimed DGC exchange iterations before them
+  int untimed_iterations = 2;       // untimed DGC exchange iterations before them
   int dense_repeats = 3;            // timed dense allreduces (after one untimed)
   // Distinct gradients per rank, used in turn by the iterations, so that consecutive iterations
   // select different positions as in training (a repeated selection would find the positions it
@@ -189,10 +189,10 @@ struct Result {
   double dense_seconds_min = 0.0;
   uint64_t message_bytes = 0;         // max over ranks: encoded message + dense-path floats
   uint64_t dense_gradient_bytes = 0;  // 4 x every element
-  uint64_t bytes_sent_per_rank = 0;   // DGC wire bytes sent, max over ranks, per iteration
-  uint64_t bytes_received_per_rank = 0;
+  uint64_t wire_bytes_sent_per_rank = 0;  // DGC wire bytes sent, max over ranks, per iteration
+  uint64_t wire_bytes_received_per_rank = 0;
   uint64_t busiest_link_bytes = 0;  // max over ranks and directions (star network)
-  uint64_t dense_bytes_per_rank = 0;
+  uint64_t dense_wire_bytes_per_rank = 0;  // the dense allreduce's wire bytes sent, max
   uint64_t dense_busiest_link_bytes = 0;
   bool verified = false;
   bool dense_verified = false;
@@ -315,10 +315,9 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   exchange_options.density = o.density;
   // What every rank must agree on, as "key=value" lines (checked by the handshake; the exchange
   // adds its algorithm).
-  exchange_options.settings =
-      detail::concat("bench.density=", o.density, "\nbench.seed=", o.seed,
-                     "\nbench.gradients=", o.gradients, "\nbench.repeats=", o.repeats,
-                     "\nbench.warmup=", o.warmup, "\n");
+  exchange_options.settings = detail::concat(
+      "bench.density=", o.density, "\nbench.seed=", o.seed, "\nbench.gradients=", o.gradients,
+      "\nbench.repeats=", o.repeats, "\nbench.untimed_iterations=", o.untimed_iterations, "\n");
   Exchange exchange(comm, layout, exchange_options);
 
   std::vector<float> update(numel);
@@ -331,7 +330,7 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   std::vector<double> dgc_times, encode, collective, validate, decode;
   std::vector<Selection> unapplied(1);
   int bad_ranks = 0;
-  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+  for (int i = 0; i < o.untimed_iterations + o.repeats; ++i) {
     std::copy(dense_grad.begin(), dense_grad.end(), dense_flat.begin());
     comm.barrier(timeout);
     start = std::chrono::steady_clock::now();
@@ -339,7 +338,7 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
                                                 1);
     bad_ranks += exchange.run(iteration++, selections, updates, dense_flat, true, unapplied);
     const double seconds = seconds_since(start);
-    if (i >= o.warmup) {
+    if (i >= o.untimed_iterations) {
       dgc_times.push_back(seconds);
       const ExchangeTimings& t = exchange.last_timings();
       encode.push_back(t.encode);
@@ -352,7 +351,7 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
   const ExchangeBytes dgc_bytes = exchange.last();
   const uint64_t applied = exchange.last_applied();
   // The gradient variant whose exchange result `update` holds, and what every rank got back.
-  const int variant = (o.warmup + o.repeats - 1) % o.gradients;
+  const int variant = (o.untimed_iterations + o.repeats - 1) % o.gradients;
   const auto all_unapplied = gather_unapplied(comm, unapplied[0], timeout);
   Phases phases;
   phases.encode = slowest_rank_stats(comm, encode, timeout).first;
@@ -428,10 +427,10 @@ Result run_rank(comm::Communicator& comm, const BenchExchangeOptions& o,
     res.selected_per_rank = std::max(res.selected_per_rank, v[0]);
     res.message_bytes = std::max(res.message_bytes, v[1]);
     res.dense_gradient_bytes = std::max(res.dense_gradient_bytes, v[2]);
-    res.bytes_sent_per_rank = std::max(res.bytes_sent_per_rank, v[3]);
-    res.bytes_received_per_rank = std::max(res.bytes_received_per_rank, v[4]);
+    res.wire_bytes_sent_per_rank = std::max(res.wire_bytes_sent_per_rank, v[3]);
+    res.wire_bytes_received_per_rank = std::max(res.wire_bytes_received_per_rank, v[4]);
     res.busiest_link_bytes = std::max({res.busiest_link_bytes, v[3], v[4]});
-    res.dense_bytes_per_rank = std::max(res.dense_bytes_per_rank, v[5]);
+    res.dense_wire_bytes_per_rank = std::max(res.dense_wire_bytes_per_rank, v[5]);
     res.dense_busiest_link_bytes = std::max({res.dense_busiest_link_bytes, v[5], v[6]});
     dgc_bad += v[7];
     dense_bad += v[8];
@@ -485,10 +484,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
                                 {"message_bytes", r.message_bytes},
                                 {"dense_gradient_bytes", r.dense_gradient_bytes},
                                 {"compression_ratio", ratio},
-                                {"bytes_sent_per_rank", r.bytes_sent_per_rank},
-                                {"bytes_received_per_rank", r.bytes_received_per_rank},
+                                {"wire_bytes_sent_per_rank", r.wire_bytes_sent_per_rank},
+                                {"wire_bytes_received_per_rank", r.wire_bytes_received_per_rank},
                                 {"busiest_link_bytes", r.busiest_link_bytes},
-                                {"dense_bytes_per_rank", r.dense_bytes_per_rank},
+                                {"dense_wire_bytes_per_rank", r.dense_wire_bytes_per_rank},
                                 {"dense_busiest_link_bytes", r.dense_busiest_link_bytes},
                                 {"verified", r.verified},
                                 {"dense_verified", r.dense_verified}};
@@ -511,10 +510,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
     std::printf("  %-22s %12s %12s %14s %14s\n", "", "median s", "min s", "wire sent B",
                 "busiest link B");
     std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "DGC exchange", r.dgc_seconds,
-                r.dgc_seconds_min, static_cast<unsigned long long>(r.bytes_sent_per_rank),
+                r.dgc_seconds_min, static_cast<unsigned long long>(r.wire_bytes_sent_per_rank),
                 static_cast<unsigned long long>(r.busiest_link_bytes));
     std::printf("  %-22s %12.6f %12.6f %14llu %14llu\n", "dense allreduce", r.dense_seconds,
-                r.dense_seconds_min, static_cast<unsigned long long>(r.dense_bytes_per_rank),
+                r.dense_seconds_min, static_cast<unsigned long long>(r.dense_wire_bytes_per_rank),
                 static_cast<unsigned long long>(r.dense_busiest_link_bytes));
     const std::string speedup_text =
         has_speedup ? detail::concat(std::round(speedup * 10) / 10, "x") : "n/a (one rank)";
@@ -530,10 +529,12 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
         "  phases (median s, the Exchange's own timings): encode %.6f, collective %.6f, validate "
         "%.6f, decode %.6f\n",
         r.phases.encode, r.phases.collective, r.phases.validate, r.phases.decode);
-    std::printf("  applied %llu elements; handed back to a rank: up to %llu; wire received per rank %llu B\n",
-                static_cast<unsigned long long>(r.applied),
-                static_cast<unsigned long long>(r.returned_per_rank),
-                static_cast<unsigned long long>(r.bytes_received_per_rank));
+    std::printf(
+        "  applied %llu elements; handed back to a rank: up to %llu; "
+        "wire received per rank %llu B\n",
+        static_cast<unsigned long long>(r.applied),
+        static_cast<unsigned long long>(r.returned_per_rank),
+        static_cast<unsigned long long>(r.wire_bytes_received_per_rank));
     std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)%s%s\n",
                 r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
                 static_cast<long long>(r.mismatches), r.first_problem.empty() ? "" : "; first: ",
@@ -548,7 +549,7 @@ void validate(const BenchExchangeOptions& o) {
   DGC_CHECK_GE(o.dense_numel, 0, "--dense-numel must be >= 0");
   check_density(o.density, "--density");
   DGC_CHECK_GE(o.repeats, 1, "--repeats must be >= 1");
-  DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
+  DGC_CHECK_GE(o.untimed_iterations, 0, "--untimed-iterations must be >= 0");
   DGC_CHECK_GE(o.dense_repeats, 1, "--dense-repeats must be >= 1");
   DGC_CHECK_GE(o.gradients, 1, "--gradients must be >= 1");
   DGC_CHECK_GE(o.bandwidth_gbit, 0.0, "--bandwidth-gbit must be >= 0");
@@ -624,7 +625,8 @@ void add_bench_exchange(CLI::App& bench) {
       ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   cmd->add_option("--repeats", options->repeats, "Timed DGC exchange iterations (median reported)")
       ->capture_default_str();
-  cmd->add_option("--warmup", options->warmup, "Untimed DGC exchange iterations before those")
+  cmd->add_option("--untimed-iterations", options->untimed_iterations,
+                  "Untimed DGC exchange iterations before those")
       ->capture_default_str();
   cmd->add_option("--dense-repeats", options->dense_repeats,
                   "Timed dense allreduces (after one untimed)")

@@ -10,8 +10,8 @@
 // Density d from the first step (no warm-up: these are steps of a run past its warm-up).
 //
 // Timing: before each step a barrier (untimed); every rank times its own step(); the step's time
-// is the slowest rank's, the reported figure the median over `steps` timed steps (after `warmup`
-// untimed ones). The time per training step is
+// is the slowest rank's, the reported figure the median over `steps` timed steps (after
+// `untimed_iterations` untimed ones). The time per training step is
 //   step_seconds = compute_seconds + that median,
 // where compute_seconds stands for the forward and backward pass on an accelerator (a setting;
 // see kComputeSeconds for the defaults and their sources): the optimizer step runs after the
@@ -72,7 +72,7 @@ struct BenchStepOptions {
   double compute_seconds = -1.0;  // < 0: the model's default
   int workers = 0;                // local threads (0: 4); under a launcher: must match if given
   int steps = 5;
-  int warmup = 1;
+  int untimed_iterations = 1;
   int variants = 2;
   double density = 0.001;
   std::string link = "loopback";  // label for the output
@@ -142,7 +142,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   const int world = comm.size();
   std::vector<double> steps, compress, exchange, update;
   Measured m;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  for (int s = 0; s < o.untimed_iterations + o.steps; ++s) {
     const auto& grads = variants[static_cast<size_t>(s % o.variants)];
     for (size_t i = 0; i < module.params.size(); ++i) module.params[i].mutable_grad() = grads[i];
     comm.barrier();
@@ -163,7 +163,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
     const auto column_max = [&](int c) {
       return *std::max_element(all.begin() + c * world, all.begin() + (c + 1) * world);
     };
-    if (s < o.warmup) continue;
+    if (s < o.untimed_iterations) continue;
     steps.push_back(column_max(0));
     compress.push_back(column_max(1));
     exchange.push_back(column_max(2));
@@ -216,9 +216,9 @@ void print(const Row& r, const BenchStepOptions& o) {
         {"step_seconds_dense", dense_step},
         {"step_seconds_dgc", dgc_step},
         {"speedup", dense_step / dgc_step},
-        {"bytes_sent_per_rank", r.dgc.bytes.wire_sent},
-        {"bytes_received_per_rank", r.dgc.bytes.wire_received},
-        {"dense_bytes_sent_per_rank", r.dense.bytes.wire_sent},
+        {"wire_bytes_sent_per_rank", r.dgc.bytes.wire_sent},
+        {"wire_bytes_received_per_rank", r.dgc.bytes.wire_received},
+        {"dense_wire_bytes_per_rank", r.dense.bytes.wire_sent},
         {"message_bytes", r.dgc.bytes.message},
         {"dense_gradient_bytes", r.dgc.bytes.dense_gradient},
         {"compression_ratio", r.dgc.bytes.message > 0
@@ -264,7 +264,7 @@ void print(const Row& r, const BenchStepOptions& o) {
 void validate(const BenchStepOptions& o) {
   for (const auto& m : o.models) train::model_shapes(m);  // throws for an unknown name
   DGC_CHECK_GE(o.steps, 1, "--steps must be >= 1");
-  DGC_CHECK_GE(o.warmup, 0, "--warmup must be >= 0");
+  DGC_CHECK_GE(o.untimed_iterations, 0, "--untimed-iterations must be >= 0");
   DGC_CHECK_GE(o.variants, 1, "--gradient-variants must be >= 1");
   check_density(o.density, "--density");
   DGC_CHECK_GT(o.timeout_seconds, 0.0, "--timeout must be positive");
@@ -333,7 +333,8 @@ void add_bench_step(CLI::App& bench) {
                   "Ranks as threads in this process (default 4); under a launcher: must equal the "
                   "world size if given");
   cmd->add_option("--steps", o->steps, "Timed steps (median reported)")->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "Untimed steps before them")->capture_default_str();
+  cmd->add_option("--untimed-iterations", o->untimed_iterations, "Untimed steps before them")
+      ->capture_default_str();
   cmd->add_option("--gradient-variants", o->variants,
                   "Distinct synthetic gradients per rank, used in turn")
       ->capture_default_str();

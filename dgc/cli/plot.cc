@@ -5,7 +5,8 @@
 //     "seconds". One series per file. Charts:
 //       NAME-METRIC-epoch  the metric against the epoch;
 //       NAME-METRIC-time   the metric against wall time (the running sum of "seconds");
-//       NAME-bytes         message bytes per worker in each epoch ("bytes_sent"), log scale.
+//       NAME-bytes         message bytes per worker in each epoch ("message_bytes"; in files
+//                          written before that name, "bytes_sent"), log scale.
 //     METRIC is --metric, or the first of test_accuracy (drawn in %), test_perplexity,
 //     validation_perplexity and test_token_error_rate (drawn in %) that every file has.
 //     --target V draws a dashed horizontal line at V (in the metric's own units, so 0.9125 for
@@ -105,6 +106,15 @@ double number(const json& object, const std::string& field, const std::string& w
     throw DataError(where + ": field '" + field + "' is missing or not a number");
   }
   return it->get<double>();
+}
+
+// An epoch's message bytes: "message_bytes", or in files written before that name, "bytes_sent".
+std::optional<double> message_bytes(const json& epoch) {
+  for (const char* field : {"message_bytes", "bytes_sent"}) {
+    const auto it = epoch.find(field);
+    if (it != epoch.end() && it->is_number()) return it->get<double>();
+  }
+  return std::nullopt;
 }
 
 // Metrics stored as fractions and drawn in %.
@@ -265,7 +275,7 @@ class Plotter {
     return cmd_.title.empty() ? text : cmd_.title + ": " + text;
   }
 
-  // A datablock per run: epoch, wall minutes, metric, megabytes sent.
+  // A datablock per run: epoch, wall minutes, metric, message megabytes.
   std::string metrics_data(const std::string& field) const {
     std::ostringstream out;
     const double scale = drawn_scale(field);
@@ -274,9 +284,7 @@ class Plotter {
       double minutes = 0.0;
       for (const auto& e : runs_[r].epochs) {
         minutes += e["seconds"].get<double>() / 60.0;
-        const double bytes = e.contains("bytes_sent") && e["bytes_sent"].is_number()
-                                 ? e["bytes_sent"].get<double>()
-                                 : 0.0;
+        const double bytes = message_bytes(e).value_or(0.0);
         out << e["epoch"].get<double>() << " " << minutes << " " << scale * e[field].get<double>()
             << " " << bytes / 1e6 << "\n";
       }
@@ -322,14 +330,12 @@ class Plotter {
                                        "\nset xlabel 'wall time (minutes)'\nset ylabel " +
                                        quote(ylabel) + "\n" + key + metrics_plot(2, 3, target)});
     const bool have_bytes = std::any_of(runs_.begin(), runs_.end(), [](const MetricsRun& run) {
-      return std::all_of(run.epochs.begin(), run.epochs.end(), [](const json& e) {
-        return e.contains("bytes_sent") && e["bytes_sent"].is_number() &&
-               e["bytes_sent"].get<double>() > 0;
-      });
+      return std::all_of(run.epochs.begin(), run.epochs.end(),
+                         [](const json& e) { return message_bytes(e).value_or(0.0) > 0; });
     });
     if (have_bytes) {
       out.push_back({cmd_.name + "-bytes",
-                     data + "set title " + quote(title("bytes sent per worker per epoch")) +
+                     data + "set title " + quote(title("message bytes per worker per epoch")) +
                          "\nset xlabel 'epoch'\nset ylabel 'message bytes per worker (MB)'\n"
                          "set logscale y\nset key top right\n" +
                          epoch_tics + metrics_plot(1, 4)});
@@ -480,7 +486,7 @@ void add_plot(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "plot",
       "Draw PNG and SVG charts with gnuplot from JSON lines: training metrics (dgc train "
-      "--metrics: the test metric by epoch and by wall time, bytes per epoch; one line per "
+      "--metrics: the test metric by epoch and by wall time, message bytes per epoch; one line per "
       "file), exchange benchmarks (dgc bench exchange --json, bench/slow_network.sh --out: "
       "time and speedup by workers) and replayed steps (dgc bench step --json: step time and "
       "speedup by workers)");

@@ -54,10 +54,11 @@ void ProgressPrinter::update(const Progress& p) {
   last_ = now;
   const double fraction = static_cast<double>(p.iteration) /
                           static_cast<double>(std::max<int64_t>(1, p.iterations_per_epoch));
-  const std::string stats =
-      "loss " + std::to_string(p.loss).substr(0, 6) + "  " +
-      std::to_string(static_cast<int64_t>(p.items_per_second)) + " " + p.item_unit + "/s  sent " +
-      format_bytes(static_cast<double>(p.bytes_sent)) + "  left " + format_duration(p.seconds_left);
+  const std::string stats = "loss " + std::to_string(p.loss).substr(0, 6) + "  " +
+                            std::to_string(static_cast<int64_t>(p.items_per_second)) + " " +
+                            p.item_unit + "/s  sent " +
+                            format_bytes(static_cast<double>(p.message_bytes)) + "  left " +
+                            format_duration(p.seconds_left);
   if (terminal_) {
     constexpr int kWidth = 24;
     const int filled = static_cast<int>(fraction * kWidth);

@@ -416,7 +416,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
         const double epoch_seconds = seconds_since(epoch_start);
         p.items_per_second = static_cast<double>(items * world) / std::max(epoch_seconds, 1e-9);
         p.item_unit = unit;
-        p.bytes_sent = optimizer.total_bytes().message;
+        p.message_bytes = optimizer.total_bytes().message;
         const double run_seconds = seconds_since(run_start);
         p.seconds_left = run_seconds / static_cast<double>(steps_done) *
                          static_cast<double>(steps_total - steps_done);

@@ -101,7 +101,7 @@ struct Progress {
   double loss = 0.0;              // mean of this rank's batch losses so far in the epoch
   double items_per_second = 0.0;  // examples or tokens (Task::item_unit), all ranks, this epoch
   std::string item_unit;          // "ex", "tokens"
-  uint64_t bytes_sent = 0;        // this worker's message bytes, whole run
+  uint64_t message_bytes = 0;     // this worker's message bytes, whole run
   double seconds_left = 0.0;      // estimate for the rest of the run
 };
 

@@ -3,6 +3,10 @@
 # `dgc bench step --model cnn --json` for 2 and 4 workers): every
 # chart is written as a real PNG and an SVG with the expected title and legend; bad input fails
 # with a message that names the problem.
+# dgc.jsonl and exchange.jsonl use today's keys (message_bytes, dense_gradient_bytes,
+# wire_bytes_sent_per_rank, ...); dense.jsonl and step.jsonl keep the keys written before the
+# rename (bytes_sent, dense_bytes, bytes_sent_per_rank, ...), as files on disk still have them:
+# the message bytes of both training runs must reach the bytes chart.
 #   cmake -DDGC=path/to/dgc -DDATA=dir/with/samples -DOUT=scratch/dir -P plot_check.cmake
 file(REMOVE_RECURSE "${OUT}")
 
@@ -18,7 +22,7 @@ endif()
 set(charts
   "dgc-test_accuracy-epoch|sample run: test accuracy (%) by epoch|dense|DGC|epoch"
   "dgc-test_accuracy-time|sample run: test accuracy (%) by wall time|wall time (minutes)|DGC"
-  "dgc-bytes|sample run: bytes sent per worker per epoch|message bytes per worker (MB)|DGC"
+  "dgc-bytes|sample run: message bytes per worker per epoch|message bytes per worker (MB)|DGC"
   "dgc-exchange-time|sample run: exchange time per iteration|DGC, loopback|dense allreduce, loopback|workers"
   "dgc-exchange-speedup|sample run: speedup of the DGC exchange over a dense allreduce|dense time / DGC time"
   "dgc-step-time|sample run: time per training step (replayed: compute + optimizer step)|DGC, loopback, cnn|dense, loopback, cnn"
@@ -49,6 +53,19 @@ foreach(chart IN LISTS charts)
       message(FATAL_ERROR "${svg} lacks the text '${text}'")
     endif()
   endforeach()
+endforeach()
+
+# The message bytes (MB, 4th column of each run's datablock) of epoch 1 of both runs: dense.jsonl's
+# from "bytes_sent" (the old key), dgc.jsonl's from "message_bytes"; a key not read leaves 0.
+file(READ "${OUT}/dgc.gp" script)
+foreach(run_bytes "0|39.7258|dense.jsonl, old key bytes_sent" "1|4.19179|dgc.jsonl, key message_bytes")
+  string(REPLACE "|" ";" parts "${run_bytes}")
+  list(GET parts 0 run)
+  list(GET parts 1 megabytes)
+  list(GET parts 2 what)
+  if(NOT script MATCHES "\\$run${run} << EOD\n1 [^\n]* ${megabytes}\n")
+    message(FATAL_ERROR "dgc.gp: run ${run} (${what}) lacks ${megabytes} MB in epoch 1:\n${script}")
+  endif()
 endforeach()
 
 # --target: a dashed reference line on both metric charts, in % for accuracy.

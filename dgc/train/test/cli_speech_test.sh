@@ -29,7 +29,7 @@ grep -q "synthesising 20 / 20 utterances with espeak-ng" "$work/speech.err" ||
 [ -f "$work/cache/speech-v1-seed1-train16-test4/manifest.tsv" ] || fail "no corpus in --cache-dir"
 [ "$(wc -l <"$work/speech.jsonl")" -eq 2 ] || fail "expected 2 metrics lines: $(cat "$work/speech.jsonl")"
 for key in epoch train_loss test_token_error_rate test_utterance_error_rate \
-  noisy_test_token_error_rate noisy_test_utterance_error_rate bytes_sent dense_bytes \
+  noisy_test_token_error_rate noisy_test_utterance_error_rate message_bytes dense_gradient_bytes \
   compression_ratio seconds; do
   grep -q "\"$key\":" "$work/speech.jsonl" || fail "speech metrics lack $key"
 done

@@ -25,9 +25,13 @@ small=(--workers 2 --train-examples 1024 --test-examples 200 --batch-size 16 --d
 "$dgc" train "${small[@]}" --epochs 2 --checkpoint "$work/ckpt" --metrics "$work/m.jsonl" \
   >"$work/out" || fail "training failed: $(cat "$work/out")"
 [ "$(wc -l <"$work/m.jsonl")" -eq 2 ] || fail "expected 2 metrics lines, got: $(cat "$work/m.jsonl")"
-for key in epoch train_loss test_accuracy bytes_sent dense_bytes compression_ratio seconds \
-  skipped_steps; do
+for key in epoch train_loss test_accuracy message_bytes dense_gradient_bytes compression_ratio \
+  seconds skipped_steps; do
   grep -q "\"$key\":" "$work/m.jsonl" || fail "metrics lack $key"
+done
+# The keys' names before docs/glossary.md's words (renamed; dgc plot still reads them).
+for key in bytes_sent dense_bytes; do
+  ! grep -q "\"$key\":" "$work/m.jsonl" || fail "metrics still write the old key $key"
 done
 grep -q "^result: test accuracy" "$work/out" || fail "no summary: $(cat "$work/out")"
 grep -q "compression ratio: .*x whole run, .*x after warm-up" "$work/out" || fail "no ratio line"
@@ -198,7 +202,7 @@ lm=(--task lm --workers 2 --train-examples 200 --test-examples 40 --batch-size 4
   fail "lm training failed: $(cat "$work/lm")"
 [ -f "$work/cache/kjv-corpus-v1.txt" ] || fail "no corpus cache in --cache-dir"
 [ "$(wc -l <"$work/lm.jsonl")" -eq 2 ] || fail "expected 2 lm metrics lines: $(cat "$work/lm.jsonl")"
-for key in epoch train_loss validation_perplexity test_perplexity bytes_sent dense_bytes \
+for key in epoch train_loss validation_perplexity test_perplexity message_bytes dense_gradient_bytes \
   compression_ratio seconds; do
   grep -q "\"$key\":" "$work/lm.jsonl" || fail "lm metrics lack $key"
 done
