@@ -11,8 +11,8 @@
 #include <optional>
 #include <vector>
 
-#include "dgc/core/error.h"
 #include "dgc/core/bytes.h"
+#include "dgc/core/error.h"
 #include "dgc/train/checkpoint.h"
 #include "fuzz/fuzz_check.h"
 

@@ -21,8 +21,11 @@ using dgc::comm::TcpStoreService;
 
 std::vector<uint8_t> hello(int32_t rank, int32_t world_size) {
   std::vector<uint8_t> frame;
-  dgc::ByteWriter(frame).u32(9).u8(1).u32(static_cast<uint32_t>(rank)).u32(
-      static_cast<uint32_t>(world_size));  // length 9, op HELLO
+  dgc::ByteWriter(frame)
+      .u32(9)
+      .u8(1)
+      .u32(static_cast<uint32_t>(rank))
+      .u32(static_cast<uint32_t>(world_size));  // length 9, op HELLO
   return frame;
 }
 

@@ -53,8 +53,8 @@ OptimizerOptions make_options(const std::string& compression, double density, do
                               bool compress_1d, const std::string& exchange, uint64_t seed,
                               double timeout_seconds, const std::string& dense_path,
                               double dense_path_density, const std::string& selection_scope,
-                              const std::string& clip_scaling,
-                              const std::string& on_nonfinite, int64_t max_consecutive_skips) {
+                              const std::string& clip_scaling, const std::string& on_nonfinite,
+                              int64_t max_consecutive_skips) {
   DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
             iterations_per_epoch, " (pass the length of the training data loader)");
   DGC_CHECK(warmup_stages >= 0, "warmup_stages must be >= 0, got ", warmup_stages);

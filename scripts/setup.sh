@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  clang libclang-rt-dev
+  clang libclang-rt-dev clang-format
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-openmp python3-torch python3-dev pybind11-dev
   libgloo-dev libopenmpi-dev openmpi-bin

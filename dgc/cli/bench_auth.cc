@@ -290,8 +290,8 @@ void run_bench_auth(const BenchAuthOptions& o) {
   std::printf("     validate %d messages without / with tags  %8.2f / %.2f us (+%.2f us)\n", n,
               plain_us, tagged_us, tagged_us - plain_us);
   if (dense) {
-    std::printf("     tag / verify %d dense-path buffers        %8.2f / %.2f us\n", n,
-                dense_tag_us, dense_verify_us);
+    std::printf("     tag / verify %d dense-path buffers        %8.2f / %.2f us\n", n, dense_tag_us,
+                dense_verify_us);
   }
   std::printf("     HMAC cost per step and rank              %8.2f us\n", hmac_per_step_us);
   std::printf(
@@ -315,8 +315,9 @@ void add_bench_auth(CLI::App& bench) {
       "auth",
       "Cost per step of the job secret's HMAC-SHA256 tags on a model's gradient, with the same "
       "step without a secret as baseline");
-  cmd->add_option("--model", options->model, "Parameter shapes: cnn (dgc train's default), "
-                                              "resnet50, alexnet, vgg16, lstm-ptb")
+  cmd->add_option("--model", options->model,
+                  "Parameter shapes: cnn (dgc train's default), "
+                  "resnet50, alexnet, vgg16, lstm-ptb")
       ->capture_default_str();
   cmd->add_option("--workers", options->workers, "Ranks (threads) of the exchange measurement")
       ->check(CLI::Range(1, 64))

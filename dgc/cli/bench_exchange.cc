@@ -77,14 +77,13 @@ struct BenchExchangeOptions {
   // select different positions as in training (a repeated selection would find the positions it
   // writes in cache). Gradient 0 also feeds the dense baseline and the dense-path part.
   int gradients = 4;
-  uint64_t seed = 1;               // seeds the gradients and the sampling
-  double bandwidth_gbit = 0.0;     // > 0: report wire-time bounds at this link rate
-  std::string hostname;            // Gloo: address to bind (empty: from the rendezvous)
-  double timeout_seconds = 120.0;  // per collective and for rendezvous
-  bool json = false;               // one JSON object per line instead of a table
+  uint64_t seed = 1;                   // seeds the gradients and the sampling
+  double bandwidth_gbit = 0.0;         // > 0: report wire-time bounds at this link rate
+  std::string hostname;                // Gloo: address to bind (empty: from the rendezvous)
+  double timeout_seconds = 120.0;      // per collective and for rendezvous
+  bool json = false;                   // one JSON object per line instead of a table
   std::string exchange = "allgather";  // allgather | direct | sparse-allreduce | auto
 };
-
 
 // splitmix64's finalizer: a bijective 64-bit mix.
 uint64_t mix64(uint64_t x) {
@@ -157,7 +156,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The Exchange's phases (ExchangeTimings): per iteration the slowest rank's, median over iterations.
+// The Exchange's phases (ExchangeTimings): per iteration the slowest rank's, median over
+// iterations.
 struct Phases {
   double encode = 0.0;
   double collective = 0.0;
@@ -187,16 +187,16 @@ struct Result {
   double dgc_seconds_min = 0.0;
   double dense_seconds = 0.0;
   double dense_seconds_min = 0.0;
-  uint64_t message_bytes = 0;         // max over ranks: encoded message + dense-path floats
-  uint64_t dense_gradient_bytes = 0;  // 4 x every element
+  uint64_t message_bytes = 0;             // max over ranks: encoded message + dense-path floats
+  uint64_t dense_gradient_bytes = 0;      // 4 x every element
   uint64_t wire_bytes_sent_per_rank = 0;  // DGC wire bytes sent, max over ranks, per iteration
   uint64_t wire_bytes_received_per_rank = 0;
-  uint64_t busiest_link_bytes = 0;  // max over ranks and directions (star network)
+  uint64_t busiest_link_bytes = 0;         // max over ranks and directions (star network)
   uint64_t dense_wire_bytes_per_rank = 0;  // the dense allreduce's wire bytes sent, max
   uint64_t dense_busiest_link_bytes = 0;
   bool verified = false;
   bool dense_verified = false;
-  int64_t mismatches = 0;  // summed over ranks (DGC and dense)
+  int64_t mismatches = 0;     // summed over ranks (DGC and dense)
   std::string first_problem;  // rank 0's first verification problem, if any
   Phases phases;
 };
@@ -245,8 +245,7 @@ std::vector<Selection> gather_unapplied(comm::Communicator& comm, const Selectio
   std::vector<uint8_t> bytes(8 * mine.indices.size());
   if (!mine.indices.empty()) {
     std::memcpy(bytes.data(), mine.indices.data(), 4 * mine.indices.size());
-    std::memcpy(bytes.data() + 4 * mine.indices.size(), mine.values.data(),
-                4 * mine.values.size());
+    std::memcpy(bytes.data() + 4 * mine.indices.size(), mine.values.data(), 4 * mine.values.size());
   }
   std::vector<Selection> all;
   for (const auto& m : comm.allgatherv(bytes, timeout)) {
@@ -502,9 +501,10 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("dgc bench exchange: %s, %d ranks (%s), %s, density %g, values %s, exchange %s (%s)\n",
-                r.backend.c_str(), r.workers, r.launch.c_str(), layout_description(r).c_str(),
-                r.density, r.value_type.c_str(), r.exchange.c_str(), r.algorithm.c_str());
+    std::printf(
+        "dgc bench exchange: %s, %d ranks (%s), %s, density %g, values %s, exchange %s (%s)\n",
+        r.backend.c_str(), r.workers, r.launch.c_str(), layout_description(r).c_str(), r.density,
+        r.value_type.c_str(), r.exchange.c_str(), r.algorithm.c_str());
     std::printf("  selected per rank      %llu elements (selection %.4f s, not in the times)\n",
                 static_cast<unsigned long long>(r.selected_per_rank), r.select_seconds);
     std::printf("  %-22s %12s %12s %14s %14s\n", "", "median s", "min s", "wire sent B",
@@ -537,8 +537,8 @@ void print_result(const Result& r, const BenchExchangeOptions& o) {
         static_cast<unsigned long long>(r.wire_bytes_received_per_rank));
     std::printf("  verified: DGC %s, dense %s (%lld mismatches over all ranks)%s%s\n",
                 r.verified ? "yes" : "NO", r.dense_verified ? "yes" : "NO",
-                static_cast<long long>(r.mismatches), r.first_problem.empty() ? "" : "; first: ",
-                r.first_problem.c_str());
+                static_cast<long long>(r.mismatches),
+                r.first_problem.empty() ? "" : "; first: ", r.first_problem.c_str());
   }
   std::fflush(stdout);
 }

@@ -61,8 +61,8 @@ struct Evaluated {
 };
 
 // The settings that decide what is evaluated and how; every checkpoint must agree on them.
-const std::vector<std::string> kLayoutKeys = {"vocabulary", "embedding", "hidden", "bptt",
-                                              "batch_size", "test_examples"};
+const std::vector<std::string> kLayoutKeys = {"vocabulary", "embedding",  "hidden",
+                                              "bptt",       "batch_size", "test_examples"};
 
 void run(const LmWordsCommand& cmd) {
   if (!cmd.labels.empty() && cmd.labels.size() != cmd.checkpoints.size()) {
@@ -70,8 +70,8 @@ void run(const LmWordsCommand& cmd) {
                                          cmd.checkpoints.size(),
                                          " checkpoints: give one per checkpoint, or none"));
   }
-  const auto part = cmd.part == "validation" ? train::kjv::Part::kValidation
-                                             : train::kjv::Part::kTest;
+  const auto part =
+      cmd.part == "validation" ? train::kjv::Part::kValidation : train::kjv::Part::kTest;
   std::vector<train::CheckpointFile> files;
   std::map<std::string, std::string> layout;  // of the first checkpoint
   int world = 0;
@@ -87,7 +87,8 @@ void run(const LmWordsCommand& cmd) {
     const int w = static_cast<int>(train::read_int(files.back(), "optimizer/world_size"));
     if (files.size() == 1) {
       world = w;
-      for (const auto& key : kLayoutKeys) layout[key] = std::to_string(setting(settings, key, path));
+      for (const auto& key : kLayoutKeys)
+        layout[key] = std::to_string(setting(settings, key, path));
     } else {
       for (const auto& key : kLayoutKeys) {
         if (std::to_string(setting(settings, key, path)) != layout[key]) {
@@ -116,7 +117,8 @@ void run(const LmWordsCommand& cmd) {
 
   // How often the words of each band occur in the training verses the vocabulary came from.
   std::vector<int64_t> counts(static_cast<size_t>(task->vocabulary().size()), 0);
-  for (const int32_t id : task->stream(train::kjv::Part::kTrain, 0)) ++counts[static_cast<size_t>(id)];
+  for (const int32_t id : task->stream(train::kjv::Part::kTrain, 0))
+    ++counts[static_cast<size_t>(id)];
 
   // The band of every id (the bands cover each id once).
   std::vector<size_t> band_of(static_cast<size_t>(task->vocabulary().size()));
@@ -149,8 +151,10 @@ void run(const LmWordsCommand& cmd) {
   std::printf("%s perplexity (%lld tokens, %d workers' layout):", part_name,
               static_cast<long long>(runs[0].total_tokens), world);
   for (const auto& r : runs) std::printf(" %s %.2f;", r.label.c_str(), r.perplexity());
-  std::printf("\n\n| words (by frequency in training) | occurrences per word in the training split | %s tokens |",
-              part_name);
+  std::printf(
+      "\n\n| words (by frequency in training) | occurrences per word in the training split | %s "
+      "tokens |",
+      part_name);
   for (const auto& r : runs) std::printf(" %s: perplexity in band |", r.label.c_str());
   for (size_t i = 1; i < runs.size(); ++i) {
     std::printf(" %s - %s: loss per token | share of the gap |", runs[i].label.c_str(),

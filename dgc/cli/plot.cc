@@ -60,8 +60,8 @@ struct PlotCommand {
   std::vector<std::string> labels;
   std::string out = "plots";
   std::string name = "dgc";
-  std::string metric;  // empty: automatic
-  std::string title;   // prefix of every chart title
+  std::string metric;            // empty: automatic
+  std::string title;             // prefix of every chart title
   std::optional<double> target;  // a reference level of the metric, drawn as a line
   std::string target_label = "target";
   int width = 800;

@@ -84,8 +84,10 @@ LearningRateSchedule::Decay parse_decay(const std::string& name) {
 // "--NAME,!--no-NAME" prints "{false}" beside the pair, which reads as the default; the help
 // says the default instead.)
 void add_switch(CLI::App& sub, const std::string& name, bool& target, const std::string& help) {
-  sub.add_flag_callback("--" + name, [&target] { target = true; }, help);
-  sub.add_flag_callback("--no-" + name, [&target] { target = false; }, "Turn --" + name + " off");
+  sub.add_flag_callback(
+      "--" + name, [&target] { target = true; }, help);
+  sub.add_flag_callback(
+      "--no-" + name, [&target] { target = false; }, "Turn --" + name + " off");
 }
 
 bool switch_given(const CLI::App& sub, const std::string& name) {
@@ -208,12 +210,13 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
     for (const char* flag :
          {"--dense-path", "--dense-path-density", "--min-compress-numel", "--compress-1d"}) {
       if (sub.count(flag) > 0) {
-        throw InvalidArgument(detail::concat(
-            flag, " chooses how the tensors left out of compression travel, and with "
-                  "--selection-scope global",
-            scope_given ? "" : " (the lm default)",
-            " none is: every tensor is selected at --density; drop ", flag,
-            " or add --selection-scope tensor"));
+        throw InvalidArgument(
+            detail::concat(flag,
+                           " chooses how the tensors left out of compression travel, and with "
+                           "--selection-scope global",
+                           scope_given ? "" : " (the lm default)",
+                           " none is: every tensor is selected at --density; drop ", flag,
+                           " or add --selection-scope tensor"));
       }
     }
   }
@@ -589,8 +592,8 @@ void add_train(CLI::App& app) {
                   std::string("Over what DGC takes its top d: tensor (each tensor its own "
                               "threshold, the paper's) or global (one threshold over every "
                               "tensor of the model at once; no dense path) (default: ") +
-                      cmd->selection_scope + "; lm: " +
-                      train::to_string(train::LmTrainDefaults::kSelectionScope) + ")")
+                      cmd->selection_scope +
+                      "; lm: " + train::to_string(train::LmTrainDefaults::kSelectionScope) + ")")
       ->check(CLI::IsMember({"tensor", "global"}));
   sub->add_option("--dense-path-density", opt.dense_path_density,
                   "Density of the dense-path group after warm-up (--dense-path grouped)")

@@ -47,10 +47,10 @@ std::vector<char> AuthenticatedStore::get(const std::string& key) {
   inner_.wait({key});
   std::vector<char> tagged = inner_.get(key);
   const auto refuse = [&](const std::string& why) {
-    return AuthenticationError(detail::concat(
-        "rendezvous through ", description_, ": the value of key '", key, "' ", why,
-        "; refused. Give every rank the same job secret (", kJobSecretEnv,
-        " or --job-secret-file), and keep strangers off the rendezvous port"));
+    return AuthenticationError(
+        detail::concat("rendezvous through ", description_, ": the value of key '", key, "' ", why,
+                       "; refused. Give every rank the same job secret (", kJobSecretEnv,
+                       " or --job-secret-file), and keep strangers off the rendezvous port"));
   };
   if (tagged.size() < kTagBytes) {
     throw refuse(detail::concat("(", tagged.size(),

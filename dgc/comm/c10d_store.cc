@@ -278,10 +278,9 @@ std::unique_ptr<Communicator> connect_gloo_c10d(const TcpRendezvous& where, int 
   DGC_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   const bool serve = !where.agent_store && rank == 0;
   C10dStore store(where, serve, rank, world_size, options.timeout);
-  GlooRendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
-                    store.description(),
-                    [&store](const std::string& k, int64_t delta) { return store.add(k, delta); },
-                    serve};
+  GlooRendezvous rv{
+      store, [&store](const std::string& k) { return store.check({k}); }, store.description(),
+      [&store](const std::string& k, int64_t delta) { return store.add(k, delta); }, serve};
   return connect_gloo_rendezvous(rv, rank, world_size, options, store.local_address());
 }
 

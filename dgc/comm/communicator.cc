@@ -23,9 +23,9 @@ Communicator::Call Communicator::begin(const char* op, Timeout timeout) const {
   DGC_CHECK(timeout.count() > 0, op, ": a timeout must be positive (or kUnsetTimeout for the ",
             "communicator's default), got ", timeout.count(), " ms");
   if (!failure_.empty()) {
-    throw CommError(detail::concat(backend(), " ", op, " on rank ", rank(),
-                                   ": the communicator is unusable after an earlier error: ",
-                                   failure_));
+    throw CommError(
+        detail::concat(backend(), " ", op, " on rank ", rank(),
+                       ": the communicator is unusable after an earlier error: ", failure_));
   }
   const auto now = Clock::now();
   return {op, timeout, now, now + timeout};
@@ -166,8 +166,7 @@ std::vector<uint64_t> ForwardingCommunicator::allgather_sizes(uint64_t mine, con
   return inner_.allgather_sizes(mine, call);
 }
 void ForwardingCommunicator::allgatherv_payload(std::span<uint8_t> flat,
-                                                std::span<const uint64_t> sizes,
-                                                const Call& call) {
+                                                std::span<const uint64_t> sizes, const Call& call) {
   inner_.allgatherv_payload(flat, sizes, call);
 }
 std::vector<uint64_t> ForwardingCommunicator::alltoall_sizes(std::span<const uint64_t> send,
@@ -188,9 +187,7 @@ void ForwardingCommunicator::broadcast_primitive(std::span<uint8_t> data, int ro
                                                  const Call& call) {
   inner_.broadcast_primitive(data, root, call);
 }
-void ForwardingCommunicator::barrier_primitive(const Call& call) {
-  inner_.barrier_primitive(call);
-}
+void ForwardingCommunicator::barrier_primitive(const Call& call) { inner_.barrier_primitive(call); }
 ByteCounters ForwardingCommunicator::allgatherv_payload_bytes(
     std::span<const uint64_t> sizes) const {
   return inner_.allgatherv_payload_bytes(sizes);

@@ -128,8 +128,8 @@ class Communicator {
                                   const Call& call) = 0;
   virtual std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send,
                                                const Call& call) = 0;
-  virtual void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
-                                 std::span<uint8_t> receive,
+  virtual void alltoallv_payload(std::span<const uint8_t> send,
+                                 std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
                                  std::span<const uint64_t> receive_sizes, const Call& call) = 0;
   virtual void allreduce_sum_primitive(std::span<float> values, const Call& call) = 0;
   virtual void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) = 0;

@@ -261,10 +261,10 @@ class GlooCommunicator final : public Communicator {
     const std::string peer = describe_peer(gloo_message);
     std::string what;
     if (timed_out) {
-      what = detail::concat("gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ",
-                            elapsed, " ms (timeout ", call.timeout.count(),
-                            " ms): a peer stalled or died",
-                            peer.empty() ? ring_neighbour(op, gloo_message) : "; waiting for " + peer);
+      what = detail::concat(
+          "gloo ", op, " timed out on rank ", rank(), " of ", size(), " after ", elapsed,
+          " ms (timeout ", call.timeout.count(), " ms): a peer stalled or died",
+          peer.empty() ? ring_neighbour(op, gloo_message) : "; waiting for " + peer);
     } else {
       const bool closed = gloo_message.find("closed") != std::string::npos ||
                           gloo_message.find("reset") != std::string::npos ||

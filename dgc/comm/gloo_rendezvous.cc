@@ -149,10 +149,9 @@ void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeou
   for (;;) {
     if (abortable) {
       std::optional<std::string> abort;
-      with_gloo_errors(detail::concat("rendezvous through ", rv.description),
-                       [&] {
-                         if (rv.has(kAbortKey)) abort = from_chars(rv.store.get(kAbortKey));
-                       });
+      with_gloo_errors(detail::concat("rendezvous through ", rv.description), [&] {
+        if (rv.has(kAbortKey)) abort = from_chars(rv.store.get(kAbortKey));
+      });
       if (abort) throw MismatchError(*abort);
     }
     for (int r = 0; r < world_size; ++r) {
@@ -174,20 +173,19 @@ void wait_for_all(const Rendezvous& rv, const char* what, int world_size, Timeou
       for (int r = 0; r < world_size; ++r) {
         if (!seen[r]) absent.push_back(r);
       }
-      throw TimeoutError(detail::concat(
-          "rendezvous through ", rv.description, ": rank(s) ", rank_list(absent), " of ",
-          world_size, " did not ",
-          std::strcmp(what, "join") == 0    ? "join"
-          : std::strcmp(what, "done") == 0 ? "finish rendezvous"
-                                            : "finish connecting",
-          " within ", timeout.count(), " ms; are all ", world_size,
-          " processes running, with the same world size and rendezvous settings?"));
+      throw TimeoutError(
+          detail::concat("rendezvous through ", rv.description, ": rank(s) ", rank_list(absent),
+                         " of ", world_size, " did not ",
+                         std::strcmp(what, "join") == 0   ? "join"
+                         : std::strcmp(what, "done") == 0 ? "finish rendezvous"
+                                                          : "finish connecting",
+                         " within ", timeout.count(), " ms; are all ", world_size,
+                         " processes running, with the same world size and rendezvous settings?"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(20));
   }
 }
-
 
 // Gloo writes with writev(), which raises SIGPIPE when the peer has died; at the default
 // disposition that kills the survivor instead of letting it report the error. Ignore SIGPIPE
@@ -259,9 +257,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, in
                        " cannot register; the store already holds this rank's key (from an "
                        "earlier run?): give every run a fresh, empty rendezvous directory"),
         [&] {
-          rv.store.set(key("join", rank), to_chars(detail::concat("world_size=", world_size,
-                                                                  "\nhost=", host,
-                                                                  "\npid=", getpid(), "\n")));
+          rv.store.set(key("join", rank),
+                       to_chars(detail::concat("world_size=", world_size, "\nhost=", host,
+                                               "\npid=", getpid(), "\n")));
         });
     wait_for_all(
         rv, "join", world_size, timeout,
@@ -274,10 +272,10 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, in
                                                   getpid(), ") with WORLD_SIZE=", world_size);
             const std::string them = detail::concat("rank ", r, " (host ", fields["host"], ", pid ",
                                                     fields["pid"], ") with WORLD_SIZE=", theirs);
-            throw MismatchError(detail::concat(
-                "world size mismatch at rendezvous through ", rv.description, ": ",
-                r < rank ? them : me, " but ", r < rank ? me : them,
-                "; start every process with the same world size"));
+            throw MismatchError(detail::concat("world size mismatch at rendezvous through ",
+                                               rv.description, ": ", r < rank ? them : me, " but ",
+                                               r < rank ? me : them,
+                                               "; start every process with the same world size"));
           }
           hosts[r] = detail::concat("host ", fields["host"], " pid ", fields["pid"]);
         },
@@ -350,9 +348,9 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, in
   });
 
   // 4. Done: the rank serving the store waits until nobody reads it any more.
-  with_gloo_errors(detail::concat("rendezvous through ", rv.description, ": rank ", rank,
-                                  " cannot register"),
-                   [&] { rv.store.set(key("done", rank), to_chars("1")); });
+  with_gloo_errors(
+      detail::concat("rendezvous through ", rv.description, ": rank ", rank, " cannot register"),
+      [&] { rv.store.set(key("done", rank), to_chars("1")); });
   if (rv.serving) wait_for_all(rv, "done", world_size, timeout, [](int, const std::string&) {});
   return make_gloo_communicator(std::move(context), timeout, std::move(peer_by_address),
                                 std::move(hosts));
@@ -365,7 +363,7 @@ std::string resolve_hostname(const GlooOptions& options) {
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
-                                                                      const GlooOptions& options) {
+                                                              const GlooOptions& options) {
   DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
   LocalStore store;
   Rendezvous rv{store, [&store](const std::string& k) { return store.has(k); },
@@ -378,8 +376,8 @@ std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        comms[r] = connect_gloo(rv, r, world_size, hostname, options.timeout,
-                                options.rendezvous_key);
+        comms[r] =
+            connect_gloo(rv, r, world_size, hostname, options.timeout, options.rendezvous_key);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -428,8 +426,8 @@ std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, 
   return connect_gloo(rv, rank, world_size, hostname, options.timeout, options.rendezvous_key);
 }
 
-std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
-                                               int world_size, const GlooOptions& options) {
+std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank, int world_size,
+                                               const GlooOptions& options) {
   DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
   if (tcp_connector) return tcp_connector(where, rank, world_size, options);
   if (where.agent_store) {

@@ -39,8 +39,7 @@ std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, 
 // Makes connect_gloo_tcp() use `connect` instead of dgc's own TcpStore (see use_c10d_store() in
 // c10d_store.h). Not thread-safe with connect_gloo_tcp(): call it before any rank connects.
 using TcpConnector = std::unique_ptr<Communicator> (*)(const TcpRendezvous& where, int rank,
-                                                        int world_size,
-                                                        const GlooOptions& options);
+                                                       int world_size, const GlooOptions& options);
 void set_tcp_connector(TcpConnector connect);
 
 }  // namespace dgc::comm

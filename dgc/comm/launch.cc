@@ -174,8 +174,8 @@ std::string LaunchEnv::description() const {
   }
   const std::string at = detail::concat(tcp.master_addr, ":", tcp.master_port);
   std::string out = torchrun_agent ? "torchrun" : "MASTER_ADDR/MASTER_PORT";
-  out += tcp.agent_store ? " (agent store at " + at + ")"
-                         : " (rank 0 serves the store at " + at + ")";
+  out +=
+      tcp.agent_store ? " (agent store at " + at + ")" : " (rank 0 serves the store at " + at + ")";
   if (group_rank >= 0) out += detail::concat(", node ", group_rank);
   if (torchrun_agent && restart_count > 0) out += detail::concat(", restart ", restart_count);
   return out;

@@ -154,8 +154,8 @@ std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, in
                                                 int world_size, const GlooOptions& options);
 
 // Gloo with rendezvous through the TCP store described by `where`.
-std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank,
-                                               int world_size, const GlooOptions& options);
+std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank, int world_size,
+                                               const GlooOptions& options);
 
 // Open MPI. Initialises MPI on first use (MPI_THREAD_MULTIPLE not required) and finalises at
 // exit. Throws dgc::CommError if dgc was built without MPI or if not launched by mpirun.

@@ -91,8 +91,7 @@ class ProcessGroupCommunicator final : public Communicator {
                          const Call& call) override {
     torch::Tensor send_host = torch::empty({static_cast<int64_t>(send.size())}, torch::kUInt8);
     if (!send.empty()) std::memcpy(send_host.data_ptr(), send.data(), send.size());
-    torch::Tensor receive_device =
-        torch::empty({static_cast<int64_t>(receive.size())}, options());
+    torch::Tensor receive_device = torch::empty({static_cast<int64_t>(receive.size())}, options());
     torch::Tensor send_device = send_host.to(device_);
     std::vector<int64_t> send_counts(send_sizes.begin(), send_sizes.end());
     std::vector<int64_t> receive_counts(receive_sizes.begin(), receive_sizes.end());

@@ -43,8 +43,8 @@ struct CtxFree {
 Tag compute(std::span<const uint8_t> key, std::initializer_list<std::span<const uint8_t>> parts) {
   std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx(EVP_MAC_CTX_new(hmac()));
   char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
   if (!ctx || EVP_MAC_init(ctx.get(), key.data(), key.size(), params) != 1) {
     throw Error("HMAC-SHA256 initialisation failed: " + openssl_error());
   }
@@ -130,17 +130,16 @@ std::optional<std::string> load_job_secret(const std::string& file, const char* 
     source = "job secret file '" + file + "'";
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) {
-      throw InvalidArgument(detail::concat("cannot read the ", source,
-                                           ": it does not exist or is not accessible"));
+      throw InvalidArgument(
+          detail::concat("cannot read the ", source, ": it does not exist or is not accessible"));
     }
     if (!S_ISREG(st.st_mode)) {
       throw InvalidArgument(detail::concat("the ", source, " is not a regular file"));
     }
     if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
       throw InvalidArgument(detail::concat(
-          "the ", source, " is accessible to group or others (mode ", std::oct,
-          (st.st_mode & 0777), std::dec, "); a secret file must be private: chmod 600 '", file,
-          "'"));
+          "the ", source, " is accessible to group or others (mode ", std::oct, (st.st_mode & 0777),
+          std::dec, "); a secret file must be private: chmod 600 '", file, "'"));
     }
     std::ifstream in(file, std::ios::binary);
     if (!in) throw InvalidArgument(detail::concat("cannot open the ", source));
@@ -157,9 +156,9 @@ std::optional<std::string> load_job_secret(const std::string& file, const char* 
   if (secret.size() < kMinJobSecretBytes) {
     const size_t size = secret.size();
     wipe(secret);
-    throw InvalidArgument(detail::concat(
-        "the ", source, " holds ", size, " bytes; a job secret needs at least ",
-        kMinJobSecretBytes, " (make one with `openssl rand -hex 32`)"));
+    throw InvalidArgument(detail::concat("the ", source, " holds ", size,
+                                         " bytes; a job secret needs at least ", kMinJobSecretBytes,
+                                         " (make one with `openssl rand -hex 32`)"));
   }
   return secret;
 }

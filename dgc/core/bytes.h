@@ -37,7 +37,8 @@ template <typename T>
 T swap_bytes(T value) {
   using U = std::make_unsigned_t<T>;
   U in = static_cast<U>(value), out = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) out = static_cast<U>((out << 8) | ((in >> (8 * i)) & 0xFF));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out = static_cast<U>((out << 8) | ((in >> (8 * i)) & 0xFF));
   return static_cast<T>(out);
 }
 }  // namespace detail
@@ -222,7 +223,8 @@ class ByteReader {
     }
   }
   [[noreturn]] void fail(DecodeError::Reason reason, const char* field, const char* problem) const {
-    throw DecodeError(reason, detail::concat(what_, ": ", field, " at offset ", pos_, " ", problem));
+    throw DecodeError(reason,
+                      detail::concat(what_, ": ", field, " at offset ", pos_, " ", problem));
   }
 
   std::span<const uint8_t> bytes_;

@@ -97,24 +97,24 @@ std::string concat(Args&&... args) {
 }  // namespace dgc
 
 // DGC_CHECK(cond, message parts...): throws dgc::InvalidArgument naming the failed condition.
-#define DGC_CHECK(cond, ...)                                                               \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      throw ::dgc::InvalidArgument(::dgc::detail::concat("check failed: " #cond ": ",      \
-                                                         __VA_ARGS__));                    \
-    }                                                                                      \
+#define DGC_CHECK(cond, ...)                                                \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      throw ::dgc::InvalidArgument(                                         \
+          ::dgc::detail::concat("check failed: " #cond ": ", __VA_ARGS__)); \
+    }                                                                       \
   } while (0)
 
 // DGC_CHECK_OP(a, op, b, message parts...): throws dgc::InvalidArgument printing both values.
-#define DGC_CHECK_OP(a, op, b, ...)                                                        \
-  do {                                                                                     \
-    const auto& dgc_check_a_ = (a);                                                        \
-    const auto& dgc_check_b_ = (b);                                                        \
-    if (!(dgc_check_a_ op dgc_check_b_)) {                                                 \
-      throw ::dgc::InvalidArgument(::dgc::detail::concat(                                  \
-          "check failed: " #a " " #op " " #b " (", dgc_check_a_, " vs ", dgc_check_b_, "): ", \
-          __VA_ARGS__));                                                                   \
-    }                                                                                      \
+#define DGC_CHECK_OP(a, op, b, ...)                                                               \
+  do {                                                                                            \
+    const auto& dgc_check_a_ = (a);                                                               \
+    const auto& dgc_check_b_ = (b);                                                               \
+    if (!(dgc_check_a_ op dgc_check_b_)) {                                                        \
+      throw ::dgc::InvalidArgument(::dgc::detail::concat("check failed: " #a " " #op " " #b " (", \
+                                                         dgc_check_a_, " vs ", dgc_check_b_,      \
+                                                         "): ", __VA_ARGS__));                    \
+    }                                                                                             \
   } while (0)
 
 #define DGC_CHECK_EQ(a, b, ...) DGC_CHECK_OP(a, ==, b, __VA_ARGS__)

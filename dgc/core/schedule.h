@@ -21,12 +21,12 @@ struct DensitySchedule {
 double density_at(const DensitySchedule& schedule, int64_t iteration, int64_t iterations_per_epoch);
 
 struct LearningRateSchedule {
-  double base = 0.1;             // the base learning rate (after warm-up)
-  double warmup_epochs = 0.0;    // linear ramp length in epochs (Goyal et al.)
-  double warmup_start = 0.0;     // ramp starts at warmup_start * lr ... (0 = from lr / steps)
+  double base = 0.1;           // the base learning rate (after warm-up)
+  double warmup_epochs = 0.0;  // linear ramp length in epochs (Goyal et al.)
+  double warmup_start = 0.0;   // ramp starts at warmup_start * lr ... (0 = from lr / steps)
   enum class Decay : uint8_t { kConstant, kCosine, kStep } decay = Decay::kCosine;
-  double total_epochs = 0.0;     // for cosine: lr decays to 0 at total_epochs
-  double step_gamma = 0.1;       // for step: lr *= gamma at each milestone
+  double total_epochs = 0.0;             // for cosine: lr decays to 0 at total_epochs
+  double step_gamma = 0.1;               // for step: lr *= gamma at each milestone
   double step_epochs[4] = {0, 0, 0, 0};  // for step: milestones in epochs (0 = unused)
 };
 

@@ -26,8 +26,8 @@ ReferenceCheck check_update(std::span<const Selection> selected,
                             ValueType type) {
   const size_t n = selected.size();
   DGC_CHECK_GE(n, size_t{1}, "one selection per rank");
-  DGC_CHECK(unapplied.empty() || unapplied.size() == n,
-            "unapplied: empty or one per rank, found ", unapplied.size(), " for ", n, " ranks");
+  DGC_CHECK(unapplied.empty() || unapplied.size() == n, "unapplied: empty or one per rank, found ",
+            unapplied.size(), " for ", n, " ranks");
   ReferenceCheck check;
   auto problem = [&](const std::string& what) {
     ++check.mismatches;

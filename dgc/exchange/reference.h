@@ -20,11 +20,11 @@
 namespace dgc {
 
 struct ReferenceCheck {
-  int64_t mismatches = 0;   // positions whose update is wrong + conservation violations
-  uint64_t applied = 0;     // positions the rule says were applied
-  uint64_t returned = 0;    // elements handed back, over all ranks
-  double max_error = 0.0;   // largest |update - expected| over the positions
-  std::string first;        // the first problem found, in words ("" when none)
+  int64_t mismatches = 0;  // positions whose update is wrong + conservation violations
+  uint64_t applied = 0;    // positions the rule says were applied
+  uint64_t returned = 0;   // elements handed back, over all ranks
+  double max_error = 0.0;  // largest |update - expected| over the positions
+  std::string first;       // the first problem found, in words ("" when none)
   bool ok() const { return mismatches == 0; }
 };
 

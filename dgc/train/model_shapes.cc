@@ -116,8 +116,7 @@ std::vector<NamedShape> cnn() {
 }  // namespace
 
 const std::vector<std::string>& model_shape_names() {
-  static const std::vector<std::string> names = {"resnet50", "alexnet", "vgg16", "lstm-ptb",
-                                                 "cnn"};
+  static const std::vector<std::string> names = {"resnet50", "alexnet", "vgg16", "lstm-ptb", "cnn"};
   return names;
 }
 

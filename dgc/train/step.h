@@ -6,8 +6,8 @@
 // run(), on every rank:
 //   1. checks that the local gradient is finite (sum of squares), before any state is touched;
 //   2. DGC: clips locally (local_clip_limit, in place in `grads`), then with
-//      options.lr_in_velocity scales them by lr_t / lr (lr_factor_at); dense-path tensors are copied
-//      into one flat buffer; then the Compressor's step per compressed tensor (momentum
+//      options.lr_in_velocity scales them by lr_t / lr (lr_factor_at); dense-path tensors are
+//      copied into one flat buffer; then the Compressor's step per compressed tensor (momentum
 //      correction, selection at the scheduled density, masking), staged: written into the
 //      compressor's second u and v buffers (Compressor::stage), the committed state untouched.
 //      The dense path by options.dense_path: kGrouped steps the flat buffer as one more

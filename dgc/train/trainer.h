@@ -6,15 +6,16 @@
 // after which they were written: rank r writes `<checkpoint>.step<S>.rank<r>` (checkpoint.h)
 // atomically (temporary file, fsync, rename, directory fsync) after every epoch and, with
 // checkpoint_every = S > 0, after every step whose run-wide count is a multiple of S; then all
-// ranks meet (an allgather of the step written, which names a lost rank), and only then does each rank delete its files but the newest
-// checkpoint_keep (so a complete older set exists while a newer one is being written). Each file
-// holds the model's parameters and buffers, the optimizer's momenta, the compressor's
-// momentum/velocity per tensor and its RNG state, the iteration, the number of finished epochs,
-// the byte and skipped-step counters and the run's settings; a file written inside an epoch also
-// holds the epoch's partial metrics (this rank's loss sum, the byte counters at the epoch's
-// start, the training and exchange seconds so far, the steps skipped) and the task's carried state
-// (TaskWorker::save_state: the lm task's LSTM state and dropout generator). The data order needs
-// no stored state: a task's state per epoch is a function of (seed, rank, epoch) (task.h).
+// ranks meet (an allgather of the step written, which names a lost rank), and only then does each
+// rank delete its files but the newest checkpoint_keep (so a complete older set exists while a
+// newer one is being written). Each file holds the model's parameters and buffers, the optimizer's
+// momenta, the compressor's momentum/velocity per tensor and its RNG state, the iteration, the
+// number of finished epochs, the byte and skipped-step counters and the run's settings; a file
+// written inside an epoch also holds the epoch's partial metrics (this rank's loss sum, the byte
+// counters at the epoch's start, the training and exchange seconds so far, the steps skipped) and
+// the task's carried state (TaskWorker::save_state: the lm task's LSTM state and dropout
+// generator). The data order needs no stored state: a task's state per epoch is a function of
+// (seed, rank, epoch) (task.h).
 //
 // --resume picks the newest step every rank has a file of (or resume_step), reads every rank's
 // file, rejects a file of another model, world size or settings, checks that all ranks are at

@@ -1,6 +1,7 @@
 // A rank of a multi-process comm test (see worker_common.h for how it connects).
 //
-//   comm_worker collectives ...   every collective once (alltoallv included), with rank-distinct data whose result
+//   comm_worker collectives ...   every collective once (alltoallv included), with rank-distinct
+//   data whose result
 //                                 has a closed form; exits 0 if all match, 2 otherwise.
 //   comm_worker loop --iterations K [--stall-rank R --stall-at I] ...
 //                                 K rounds of allreduce + allgatherv, printing "iteration i"

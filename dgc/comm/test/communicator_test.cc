@@ -474,8 +474,8 @@ TEST(RunLocal, RejectsABadWorldSize) {
 // Counts the primitive calls and records the timeout each was given.
 class ScriptedCommunicator final : public Communicator {
  public:
-  explicit ScriptedCommunicator(uint64_t peer_size) : Communicator(milliseconds(1500)),
-                                                       peer_size_(peer_size) {}
+  explicit ScriptedCommunicator(uint64_t peer_size)
+      : Communicator(milliseconds(1500)), peer_size_(peer_size) {}
   int rank() const override { return 0; }
   int size() const override { return 2; }
   std::string backend() const override { return "scripted"; }

@@ -135,8 +135,7 @@ TEST(DetectLaunch, BadTorchrunAgentVariablesAreNamed) {
   EXPECT_NE(error_of(vars).find("TORCHELASTIC_RESTART_COUNT is not set"), std::string::npos);
   vars = torchrun_agent_vars();
   vars["LOCAL_WORLD_SIZE"] = "8";
-  EXPECT_NE(error_of(vars).find("LOCAL_WORLD_SIZE=8 is more than WORLD_SIZE=4"),
-            std::string::npos);
+  EXPECT_NE(error_of(vars).find("LOCAL_WORLD_SIZE=8 is more than WORLD_SIZE=4"), std::string::npos);
   vars = torchrun_agent_vars();
   vars["LOCAL_RANK"] = "2";
   EXPECT_NE(error_of(vars).find("LOCAL_RANK=2 must be less than LOCAL_WORLD_SIZE=2"),
@@ -187,8 +186,8 @@ std::string check_error(const std::map<std::string, std::string>& vars,
 }
 
 TEST(CheckLaunch, SameRulesForEveryCommand) {
-  const std::map<std::string, std::string> local, mpi = {{"OMPI_COMM_WORLD_RANK", "0"},
-                                                         {"OMPI_COMM_WORLD_SIZE", "2"}};
+  const std::map<std::string, std::string> local,
+      mpi = {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}};
   const auto torchrun = torchrun_agent_vars();
   ConnectOptions o;
   EXPECT_EQ(check_error(local, o), "no error");
@@ -198,8 +197,9 @@ TEST(CheckLaunch, SameRulesForEveryCommand) {
   o.backend = Backend::kMpi;
   EXPECT_NE(check_error(local, o).find("--backend mpi needs one process per rank"),
             std::string::npos);
-  EXPECT_NE(check_error(torchrun, o).find("--backend mpi needs mpirun, but this process was "
-                                          "started by torchrun (agent store"),
+  EXPECT_NE(check_error(torchrun, o)
+                .find("--backend mpi needs mpirun, but this process was "
+                      "started by torchrun (agent store"),
             std::string::npos);
   EXPECT_EQ(check_error(mpi, o), "no error");
 

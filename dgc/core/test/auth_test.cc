@@ -72,8 +72,7 @@ TEST(Auth, RunIdsAreRandom) {
 class SecretFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("dgc_auth_test_" + std::to_string(::getpid()));
+    dir_ = std::filesystem::temp_directory_path() / ("dgc_auth_test_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

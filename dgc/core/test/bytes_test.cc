@@ -28,8 +28,8 @@ DecodeError::Reason reason_of(const std::function<void()>& read) {
 TEST(ByteWriter, IntegersAreLittleEndianWhateverTheHost) {
   Bytes out;
   ByteWriter(out).u8(0x01).u16(0x0302).u32(0x07060504).u64(0x0F0E0D0C0B0A0908).i64(-2);
-  const Bytes expected = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
-                          0x0C, 0x0D, 0x0E, 0x0F, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+  const Bytes expected = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C,
+                          0x0D, 0x0E, 0x0F, 0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
   EXPECT_EQ(out, expected);
 }
 
@@ -41,8 +41,8 @@ TEST(ByteWriter, VarintsAndStringsAsTheFormatsLayThemOut) {
 }
 
 TEST(ByteReader, ReadsBackWhatTheWriterWrote) {
-  const std::vector<uint64_t> varints = {0, 1, 127, 128, 16383, 16384, uint64_t{1} << 35,
-                                         std::numeric_limits<uint64_t>::max()};
+  const std::vector<uint64_t> varints = {
+      0, 1, 127, 128, 16383, 16384, uint64_t{1} << 35, std::numeric_limits<uint64_t>::max()};
   Bytes bytes;
   ByteWriter out(bytes);
   out.u8(200).u16(65000).u32(4000000000u).u64(uint64_t{1} << 60).i64(-123456789);
@@ -73,8 +73,9 @@ TEST(ByteReader, EveryTruncationThrowsNamingTheBufferFieldAndOffset) {
     FAIL() << "read past the end";
   } catch (const DecodeError& e) {
     EXPECT_EQ(e.reason(), DecodeError::Reason::kTruncated);
-    EXPECT_STREQ(e.what(),
-                 "frame of rank 3 is truncated or corrupt: length needs 4 bytes at offset 2, has 1");
+    EXPECT_STREQ(
+        e.what(),
+        "frame of rank 3 is truncated or corrupt: length needs 4 bytes at offset 2, has 1");
   }
   EXPECT_EQ(in.offset(), 2u) << "a failed read consumes nothing";
   for (size_t size = 0; size < 8; ++size) {
@@ -82,9 +83,13 @@ TEST(ByteReader, EveryTruncationThrowsNamingTheBufferFieldAndOffset) {
     EXPECT_EQ(reason_of([&] { ByteReader(shorter, "b").u64("x"); }),
               DecodeError::Reason::kTruncated);
   }
-  EXPECT_EQ(reason_of([&] { ByteReader(Bytes{0x80, 0x80}, "b").varint("x"); }),
+  EXPECT_EQ(reason_of([&] {
+              ByteReader(Bytes{0x80, 0x80}, "b").varint("x");
+            }),
             DecodeError::Reason::kTruncated);
-  EXPECT_EQ(reason_of([&] { ByteReader(Bytes{5, 0, 0, 0, 'a'}, "b").string(10, "x"); }),
+  EXPECT_EQ(reason_of([&] {
+              ByteReader(Bytes{5, 0, 0, 0, 'a'}, "b").string(10, "x");
+            }),
             DecodeError::Reason::kTruncated);
   EXPECT_EQ(reason_of([&] { ByteReader(Bytes{1}, "b").raw(2, "x"); }),
             DecodeError::Reason::kTruncated);
@@ -92,9 +97,13 @@ TEST(ByteReader, EveryTruncationThrowsNamingTheBufferFieldAndOffset) {
 
 TEST(ByteReader, OnlyCanonicalSixtyFourBitVarintsAreAccepted) {
   // Overlong: 0 written in two bytes; 1 in three.
-  EXPECT_EQ(reason_of([] { ByteReader(Bytes{0x80, 0x00}, "b").varint("x"); }),
+  EXPECT_EQ(reason_of([] {
+              ByteReader(Bytes{0x80, 0x00}, "b").varint("x");
+            }),
             DecodeError::Reason::kMalformed);
-  EXPECT_EQ(reason_of([] { ByteReader(Bytes{0x81, 0x80, 0x00}, "b").varint("x"); }),
+  EXPECT_EQ(reason_of([] {
+              ByteReader(Bytes{0x81, 0x80, 0x00}, "b").varint("x");
+            }),
             DecodeError::Reason::kMalformed);
   // Ten bytes whose last carries more than bit 63; eleven bytes.
   Bytes too_big(9, 0xFF);

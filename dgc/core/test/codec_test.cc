@@ -8,9 +8,9 @@
 #include <cstring>
 #include <limits>
 #include <optional>
-#include <string>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dgc/core/compressor.h"
@@ -674,15 +674,12 @@ TEST(CodecIdentity, WithASecretOnlyAValidTagForThisRouteIsAccepted) {
   EXPECT_EQ(refusal(good, expect), std::nullopt);
 
   std::string what;
-  EXPECT_EQ(refusal(job_message(run_id_of(1), 5), expect, &what), Reason::kBadTag)
-      << "untagged";
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5), expect, &what), Reason::kBadTag) << "untagged";
   EXPECT_NE(what.find("no authentication tag"), std::string::npos) << what;
-  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &stranger, route), expect, &what),
-            Reason::kBadTag)
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &stranger, route), expect, &what), Reason::kBadTag)
       << "another key";
   EXPECT_NE(what.find("does not verify"), std::string::npos) << what;
-  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {4, kEveryRank}), expect),
-            Reason::kBadTag)
+  EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {4, kEveryRank}), expect), Reason::kBadTag)
       << "replayed from another sender";
   EXPECT_EQ(refusal(job_message(run_id_of(1), 5, &auth, {3, 0}), expect), Reason::kBadTag)
       << "meant for another receiver";
@@ -716,10 +713,10 @@ TEST(CodecIdentity, ATaggedMessageIsRefusedByAReceiverWithoutASecret) {
   EXPECT_NE(what.find("no job secret"), std::string::npos) << what;
   // Without an expectation (tools outside a job) the tag is skipped, the rest validated.
   const auto m = job_message(run_id_of(1), 5, &auth, {});
-  EXPECT_NE(validate_message(m, std::vector<uint64_t>(kSmallLayout.begin(), kSmallLayout.end()))
-                    .flags &
-                kFlagTagged,
-            0);
+  EXPECT_NE(
+      validate_message(m, std::vector<uint64_t>(kSmallLayout.begin(), kSmallLayout.end())).flags &
+          kFlagTagged,
+      0);
 }
 
 TEST(CodecIdentity, TheTaggedFlagIsTheWritersOwn) {

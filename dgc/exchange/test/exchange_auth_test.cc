@@ -6,6 +6,7 @@
 // without one) stop at the handshake.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -14,7 +15,6 @@
 #include <set>
 #include <string>
 #include <vector>
-#include <zlib.h>
 
 #include "dgc/comm/launch.h"
 #include "dgc/core/auth.h"
@@ -30,9 +30,8 @@ using std::chrono::milliseconds;
 using test::model_layout;
 using test::rank_inputs;
 
-constexpr ExchangeAlgorithm kAlgorithms[] = {ExchangeAlgorithm::kAllgather,
-                                             ExchangeAlgorithm::kDirect,
-                                             ExchangeAlgorithm::kSparseAllreduce};
+constexpr ExchangeAlgorithm kAlgorithms[] = {
+    ExchangeAlgorithm::kAllgather, ExchangeAlgorithm::kDirect, ExchangeAlgorithm::kSparseAllreduce};
 
 comm::GlooOptions quick() {
   comm::GlooOptions options;
@@ -217,8 +216,7 @@ TEST(ExchangeAuthentication, AnUntaggedMessageIsRefusedOnEveryAlgorithm) {
       m[6] &= static_cast<uint8_t>(~kFlagTagged);
       fix_checksums(m, 0);
     });
-    expect_refused_everywhere(outcomes, DecodeError::Reason::kBadTag, "no authentication tag",
-                              a);
+    expect_refused_everywhere(outcomes, DecodeError::Reason::kBadTag, "no authentication tag", a);
   }
 }
 

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -187,7 +187,7 @@ inline double max_error(const Expected& e, const std::vector<std::vector<float>>
 // Every rank's `unapplied`, gathered through the communicator (u32 count, then u32 indices and
 // float values, per compressed tensor).
 inline std::vector<std::vector<Selection>> gather_unapplied(comm::Communicator& comm,
-                                                     const std::vector<Selection>& mine) {
+                                                            const std::vector<Selection>& mine) {
   std::vector<uint8_t> bytes;
   auto put = [&](const void* p, size_t size) {
     const auto* b = static_cast<const uint8_t*>(p);

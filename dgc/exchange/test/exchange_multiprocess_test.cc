@@ -7,9 +7,9 @@
 #include <chrono>
 #include <csignal>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dgc/comm/test/test_process.h"
@@ -47,8 +47,8 @@ std::vector<std::unique_ptr<Process>> start_torchrun(
 TEST(ExchangeMultiProcess, FourProcessesThroughMasterAddrAndPort) {
   for (int a = 0; a < 3; ++a) {
     TempDir dir("dgc-exchange-tcp-");
-    auto procs = start_torchrun(dir, {"run", "--iterations", "4", "--exchange",
-                                      std::to_string(a), "--timeout-ms", "20000"});
+    auto procs = start_torchrun(dir, {"run", "--iterations", "4", "--exchange", std::to_string(a),
+                                      "--timeout-ms", "20000"});
     for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(60000))) << all_output(procs);
     for (int r = 0; r < kWorld; ++r) {
       EXPECT_EQ(procs[r]->exit_code(), kExitOk) << all_output(procs);
@@ -75,8 +75,8 @@ TEST(ExchangeMultiProcess, MpirunFourRanks) {
     ASSERT_TRUE(mpirun.wait_for(milliseconds(90000))) << mpirun.output();
     EXPECT_EQ(mpirun.exit_code(), kExitOk) << mpirun.output();
     for (int r = 0; r < kWorld; ++r) {
-      EXPECT_NE(mpirun.output().find("rank " + std::to_string(r) + " of 4 (mpi, " +
-                                     kAlgorithms[a] + "): exchange ok"),
+      EXPECT_NE(mpirun.output().find("rank " + std::to_string(r) + " of 4 (mpi, " + kAlgorithms[a] +
+                                     "): exchange ok"),
                 std::string::npos)
           << mpirun.output();
     }
@@ -106,9 +106,9 @@ TEST(ExchangeMultiProcess, KilledPeerDuringEachAlgorithmIsAnErrorOnEverySurvivor
   const int timeout_ms = 3000;
   for (int a = 0; a < 3; ++a) {
     TempDir dir("dgc-exchange-kill-");
-    auto procs = start_torchrun(dir, {"run", "--iterations", "100000", "--exchange",
-                                      std::to_string(a), "--timeout-ms",
-                                      std::to_string(timeout_ms)});
+    auto procs =
+        start_torchrun(dir, {"run", "--iterations", "100000", "--exchange", std::to_string(a),
+                             "--timeout-ms", std::to_string(timeout_ms)});
     const auto deadline = Clock::now() + milliseconds(60000);
     bool running = false;
     while (!running && Clock::now() < deadline) {
@@ -133,9 +133,8 @@ TEST(ExchangeMultiProcess, KilledPeerDuringEachAlgorithmIsAnErrorOnEverySurvivor
       const auto error = out.find("error: ");
       ASSERT_NE(error, std::string::npos) << out;
       std::printf("%s: rank %d ended %lld ms after the kill: %s", kAlgorithms[a], r,
-                  static_cast<long long>(std::chrono::duration_cast<milliseconds>(
-                                             Clock::now() - killed_at)
-                                             .count()),
+                  static_cast<long long>(
+                      std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at).count()),
                   out.substr(error).c_str());
     }
   }
@@ -144,8 +143,9 @@ TEST(ExchangeMultiProcess, KilledPeerDuringEachAlgorithmIsAnErrorOnEverySurvivor
 TEST(ExchangeMultiProcess, LayoutMismatchStopsEveryProcessWithTheSameError) {
   TempDir dir("dgc-exchange-mismatch-");
   auto procs = start_torchrun(dir, {"run", "--mismatch-rank", "2", "--timeout-ms", "60000"});
-  // The handshake fails at once on every rank: the mismatch, not the 60 s timeout, ends them (checked below); the bound is generous because
-  // process start-up (loading libtorch) takes tens of seconds on a heavily loaded machine.
+  // The handshake fails at once on every rank: the mismatch, not the 60 s timeout, ends them
+  // (checked below); the bound is generous because process start-up (loading libtorch) takes tens
+  // of seconds on a heavily loaded machine.
   for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(100000))) << all_output(procs);
   for (int r = 0; r < kWorld; ++r) {
     const std::string out = procs[r]->output();
@@ -164,9 +164,9 @@ constexpr const char* kSecret = "9f1c0d7e5a3b4c2d1e0f9a8b7c6d5e4f";
 // tagged messages, give the reference result.
 TEST(ExchangeMultiProcess, FourProcessesWithAJobSecretAuthenticateAndAgree) {
   TempDir dir("dgc-exchange-secret-");
-  auto procs = start_torchrun(dir, {"run", "--iterations", "3", "--exchange", "1",
-                                    "--timeout-ms", "20000"},
-                              kWorld, [](int) { return std::string(kSecret); });
+  auto procs =
+      start_torchrun(dir, {"run", "--iterations", "3", "--exchange", "1", "--timeout-ms", "20000"},
+                     kWorld, [](int) { return std::string(kSecret); });
   for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(60000))) << all_output(procs);
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(procs[r]->exit_code(), kExitOk) << all_output(procs);
@@ -185,17 +185,15 @@ TEST(ExchangeMultiProcess, DifferentSecretsStopBothProcessesWithAClearError) {
   using Clock = std::chrono::steady_clock;
   TempDir dir("dgc-exchange-secrets-differ-");
   const auto start = Clock::now();
-  auto procs = start_torchrun(dir, {"run", "--timeout-ms", "60000"}, 2, [](int r) {
-    return std::string(kSecret) + std::to_string(r);
-  });
+  auto procs = start_torchrun(dir, {"run", "--timeout-ms", "60000"}, 2,
+                              [](int r) { return std::string(kSecret) + std::to_string(r); });
   // Bounded well under the timeout; process start-up on a loaded machine takes seconds.
   for (auto& p : procs) ASSERT_TRUE(p->wait_for(milliseconds(45000))) << all_output(procs);
   const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
   for (int r = 0; r < 2; ++r) {
     const std::string out = procs[r]->output();
     EXPECT_EQ(procs[r]->exit_code(), kExitOtherError) << out;
-    EXPECT_NE(out.find("error: AuthenticationError: rendezvous through"), std::string::npos)
-        << out;
+    EXPECT_NE(out.find("error: AuthenticationError: rendezvous through"), std::string::npos) << out;
     EXPECT_TRUE(out.find("'dgc.join.") != std::string::npos ||
                 out.find("'dgc.abort'") != std::string::npos)
         << "names the key: " << out;
@@ -218,8 +216,8 @@ TEST(ExchangeMultiProcess, DifferentSecretsUnderMpirunStopAtTheHandshake) {
   const std::string worker = std::string("DGC_JOB_SECRET=") + kSecret +
                              "$OMPI_COMM_WORLD_RANK exec " + DGC_EXCHANGE_WORKER +
                              " run --timeout-ms 60000";
-  Process mpirun({DGC_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                  "-np", "2", "/bin/sh", "-c", worker},
+  Process mpirun({DGC_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+                  "2", "/bin/sh", "-c", worker},
                  env, dir.path() + "/mpirun.log");
   ASSERT_TRUE(mpirun.wait_for(milliseconds(45000))) << mpirun.output();
   EXPECT_NE(mpirun.exit_code(), kExitOk) << mpirun.output();

@@ -26,7 +26,8 @@ int run(dgc::comm::Communicator& comm, const std::map<std::string, std::string>&
   const int iterations = get("--iterations", 3);
   const int mismatch_rank = get("--mismatch-rank", -1);
   const int mismatch_exchange_rank = get("--mismatch-exchange-rank", -1);
-  const int algorithm = (get("--exchange", 0) + (comm.rank() == mismatch_exchange_rank ? 1 : 0)) % 3;
+  const int algorithm =
+      (get("--exchange", 0) + (comm.rank() == mismatch_exchange_rank ? 1 : 0)) % 3;
   const int r = comm.rank();
   const int n = comm.size();
   const auto layout = dgc::test::model_layout(r == mismatch_rank ? 301 : 300);
@@ -81,8 +82,7 @@ int run(dgc::comm::Communicator& comm, const std::map<std::string, std::string>&
       "%llu B, "
       "dense gradient %llu B, wire sent %llu B, dense allreduce would send %llu B\n",
       r, n, comm.backend().c_str(), dgc::to_string(exchange.algorithm()),
-      exchange.authenticated() ? ", authenticated" : "",
-      worst <= 1e-6 ? "ok" : "WRONG", worst,
+      exchange.authenticated() ? ", authenticated" : "", worst <= 1e-6 ? "ok" : "WRONG", worst,
       static_cast<unsigned long long>(total.message / iterations),
       static_cast<unsigned long long>(total.dense_gradient / iterations),
       static_cast<unsigned long long>(total.wire_sent / iterations),

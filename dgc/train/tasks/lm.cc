@@ -184,14 +184,14 @@ class LmWorker : public TaskWorker {
     std::vector<float> sums;
     for (const auto& data : eval_) {
       double nll = 0.0;
-      evaluate_columns(*model_, data, task_.options().bptt, generator_,
-                       [&](const torch::Tensor& logits, const torch::Tensor& target) {
-                         nll += torch::nn::functional::cross_entropy(
-                                    logits, target,
-                                    torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                                        torch::kSum))
-                                    .item<double>();
-                       });
+      evaluate_columns(
+          *model_, data, task_.options().bptt, generator_,
+          [&](const torch::Tensor& logits, const torch::Tensor& target) {
+            nll += torch::nn::functional::cross_entropy(
+                       logits, target,
+                       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                       .item<double>();
+          });
       sums.push_back(static_cast<float>(nll));
       sums.push_back(static_cast<float>((data.size(0) - 1) * data.size(1)));
     }
@@ -364,22 +364,23 @@ TokenLosses token_losses(const LmTask& task, LstmLanguageModel& model, kjv::Part
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0);  // unused: no dropout in eval
   TokenLosses out;
   for (int rank = 0; rank < world; ++rank) {
-    evaluate_columns(model, rank_columns(stream, rank, world, batch_size), task.options().bptt,
-                     generator, [&](const torch::Tensor& logits, const torch::Tensor& target) {
-                       const auto nll = torch::nn::functional::cross_entropy(
-                                            logits, target,
-                                            torch::nn::functional::CrossEntropyFuncOptions()
-                                                .reduction(torch::kNone))
-                                            .to(torch::kFloat64)
-                                            .contiguous();
-                       const auto ids = target.contiguous();
-                       const double* n = nll.data_ptr<double>();
-                       const int64_t* t = ids.data_ptr<int64_t>();
-                       for (int64_t i = 0; i < ids.numel(); ++i) {
-                         out.targets.push_back(static_cast<int32_t>(t[i]));
-                         out.nll.push_back(n[i]);
-                       }
-                     });
+    evaluate_columns(
+        model, rank_columns(stream, rank, world, batch_size), task.options().bptt, generator,
+        [&](const torch::Tensor& logits, const torch::Tensor& target) {
+          const auto nll =
+              torch::nn::functional::cross_entropy(
+                  logits, target,
+                  torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
+                  .to(torch::kFloat64)
+                  .contiguous();
+          const auto ids = target.contiguous();
+          const double* n = nll.data_ptr<double>();
+          const int64_t* t = ids.data_ptr<int64_t>();
+          for (int64_t i = 0; i < ids.numel(); ++i) {
+            out.targets.push_back(static_cast<int32_t>(t[i]));
+            out.nll.push_back(n[i]);
+          }
+        });
   }
   return out;
 }

@@ -180,8 +180,8 @@ OptimizerOptions dgc_options(bool nesterov, SelectionMethod method) {
   options.compressor.selection.method = method;
   options.compressor.momentum.factor = 0.9;
   options.compressor.momentum.nesterov = nesterov;
-  options.density.after_warmup = 0.05;     // k = 4 of 80
-  options.density.warmup_epochs = 1;  // first epoch (2 iterations): density 0.25, k = 20
+  options.density.after_warmup = 0.05;  // k = 4 of 80
+  options.density.warmup_epochs = 1;    // first epoch (2 iterations): density 0.25, k = 20
   options.iterations_per_epoch = 2;
   options.lr.base = 0.1;
   options.lr.warmup_epochs = 0;
