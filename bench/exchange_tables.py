@@ -7,8 +7,9 @@
                                                sparse-allreduce runs), computed for N = 16, 64,
                                                256 from the largest measured N (see the doc)
 """
-import json
 import sys
+
+import jsonl
 
 
 # Keys renamed since (docs/glossary.md, "Renamed"): results written before read as well.
@@ -18,12 +19,7 @@ RENAMED = {"bytes_sent_per_rank": "wire_bytes_sent_per_rank",
 
 
 def load(path):
-    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
-    for row in rows:
-        for old, new in RENAMED.items():
-            if old in row and new not in row:
-                row[new] = row.pop(old)
-    return rows
+    return jsonl.load(path, RENAMED)
 
 
 def runs(rows):

@@ -4,8 +4,9 @@ one row per hook, ratios against the dense DDP row.
     hooks_table.py RESULTS.jsonl
 """
 
-import json
 import sys
+
+import jsonl
 
 # Keys renamed since (docs/glossary.md, "Renamed"): results written before read as well.
 RENAMED = {"bytes_per_step": "message_bytes_per_step",
@@ -13,12 +14,7 @@ RENAMED = {"bytes_per_step": "message_bytes_per_step",
 
 
 def load(path):
-    rows = [json.loads(line) for line in open(path) if line.startswith("{")]
-    for row in rows:
-        for old, new in RENAMED.items():
-            if old in row and new not in row:
-                row[new] = row.pop(old)
-    return rows
+    return jsonl.load(path, RENAMED)
 
 
 def main():
