@@ -57,25 +57,26 @@ DistributedStep::DistributedStep(
             options_.max_consecutive_skips);
 
   const bool dgc = options_.compression == Compression::kDgc;
-  global_ = dgc && options_.selection_scope == SelectionScope::kGlobal;
-  DGC_CHECK(!global_ || options_.dense_path == DensePath::kGrouped,
+  routing_.global = dgc && options_.selection_scope == SelectionScope::kGlobal;
+  DGC_CHECK(!routing_.global || options_.dense_path == DensePath::kGrouped,
             "global selection (--selection-scope global) steps every tensor as the grouped dense "
             "path and needs --dense-path grouped, got --dense-path ",
             to_string(options_.dense_path));
   layout_ = make_layout(named_shapes, options_.policy);
   for (size_t t = 0; t < layout_.size(); ++t) {
-    if (!dgc || global_) layout_[t].path = TensorPath::kDense;
-    (layout_[t].path == TensorPath::kCompressed ? compressed_ : dense_).push_back(t);
+    if (!dgc || routing_.global) layout_[t].path = TensorPath::kDense;
+    (layout_[t].path == TensorPath::kCompressed ? routing_.compressed : routing_.dense)
+        .push_back(t);
   }
-  grouped_ = dgc && options_.dense_path == DensePath::kGrouped && !dense_.empty();
+  routing_.grouped = dgc && options_.dense_path == DensePath::kGrouped && !routing_.dense.empty();
   size_t dense_numel = 0;
-  for (const size_t t : dense_) {
+  for (const size_t t : routing_.dense) {
     const auto n = static_cast<size_t>(layout_[t].numel());
-    dense_offsets_.push_back(dense_numel);
-    if (!grouped_) dense_momentum_.emplace_back(n, 0.0f);
+    dense_path_.offsets.push_back(dense_numel);
+    if (!routing_.grouped) dense_path_.momentum.emplace_back(n, 0.0f);
     dense_numel += n;
   }
-  dense_flat_.assign(dense_numel, 0.0f);
+  dense_path_.flat.assign(dense_numel, 0.0f);
   settings_ = describe(options_) + run_settings;
   if (!settings_.empty() && settings_.back() != '\n') settings_ += '\n';
 
@@ -87,40 +88,40 @@ DistributedStep::DistributedStep(
   exchange_options.density = options_.density.after_warmup;
   exchange_options.message_key = options_.message_key;
   std::vector<TensorSpec> exchange_layout;
-  if (grouped_) {
+  if (routing_.grouped) {
     // The compressed tensors, then the dense-path group in their place.
-    for (const size_t t : compressed_) exchange_layout.push_back(layout_[t]);
+    for (const size_t t : routing_.compressed) exchange_layout.push_back(layout_[t]);
     exchange_layout.push_back(
         TensorSpec{kDensePathGroup, {static_cast<int64_t>(dense_numel)}, TensorPath::kCompressed});
-    exchange_options.dense_path_group = compressed_.size();
+    exchange_options.dense_path_group = routing_.compressed.size();
   } else {
     exchange_layout = layout_;
   }
   if (dgc && options_.dense_path == DensePath::kFloat16) {
-    dense_value_type_ = ValueType::kFloat16;
+    routing_.dense_value_type = ValueType::kFloat16;
   } else if (dgc && options_.dense_path == DensePath::kBFloat16) {
-    dense_value_type_ = ValueType::kBFloat16;
+    routing_.dense_value_type = ValueType::kBFloat16;
   }
-  exchange_options.dense_value_type = dense_value_type_;
-  if (dense_value_type_ != ValueType::kFloat32) {
-    dense_residual_.assign(dense_numel, 0.0f);
-    next_residual_.assign(dense_numel, 0.0f);
+  exchange_options.dense_value_type = routing_.dense_value_type;
+  if (routing_.dense_value_type != ValueType::kFloat32) {
+    dense_path_.residual.assign(dense_numel, 0.0f);
+    dense_path_.next_residual.assign(dense_numel, 0.0f);
   }
   exchange_ = std::make_unique<Exchange>(comm_, std::move(exchange_layout), exchange_options);
 
   std::vector<int64_t> numels;
-  for (const size_t t : compressed_) numels.push_back(layout_[t].numel());
-  if (grouped_) numels.push_back(static_cast<int64_t>(dense_numel));
+  for (const size_t t : routing_.compressed) numels.push_back(layout_[t].numel());
+  if (routing_.grouped) numels.push_back(static_cast<int64_t>(dense_numel));
   if (!numels.empty()) {
     CompressionOptions compressor_options = options_.compressor;
     compressor_options.density = options_.density.after_warmup;
     compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
     compressor_ = std::make_unique<Compressor>(numels, compressor_options);
-    selections_.resize(numels.size());
-    unapplied_.resize(numels.size());
+    tensors_.selections.resize(numels.size());
+    tensors_.unapplied.resize(numels.size());
     for (const int64_t n : numels) {
-      updates_.emplace_back(static_cast<size_t>(n), 0.0f);
-      decay_momentum_.emplace_back(static_cast<size_t>(n), 0.0f);
+      tensors_.updates.emplace_back(static_cast<size_t>(n), 0.0f);
+      tensors_.decay_momentum.emplace_back(static_cast<size_t>(n), 0.0f);
     }
   }
 }
@@ -141,8 +142,8 @@ double DistributedStep::density() const {
 }
 
 double DistributedStep::dense_path_density() const {
-  if (!grouped_) return 1.0;
-  if (global_) return density();
+  if (!routing_.grouped) return 1.0;
+  if (routing_.global) return density();
   DensitySchedule schedule = options_.density;
   schedule.after_warmup = options_.dense_path_density;
   return density_at(schedule, iteration_, options_.iterations_per_epoch);
@@ -193,9 +194,9 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   if (local_ok && factor != 1.0) {
     for (const auto& g : grads) scale(g, static_cast<float>(factor));
   }
-  for (size_t j = 0; j < dense_.size(); ++j) {
-    const auto g = grads[dense_[j]];
-    const auto out = dense_flat_.begin() + static_cast<ptrdiff_t>(dense_offsets_[j]);
+  for (size_t j = 0; j < routing_.dense.size(); ++j) {
+    const auto g = grads[routing_.dense[j]];
+    const auto out = dense_path_.flat.begin() + static_cast<ptrdiff_t>(dense_path_.offsets[j]);
     if (local_ok) {
       std::copy(g.begin(), g.end(), out);
     } else {
@@ -209,11 +210,12 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
     if (local_ok) {
       try {
         const double d = density();
-        for (size_t i = 0; i < compressed_.size(); ++i) {
-          compressor_->stage(i, grads[compressed_[i]], d, selections_[i]);
+        for (size_t i = 0; i < routing_.compressed.size(); ++i) {
+          compressor_->stage(i, grads[routing_.compressed[i]], d, tensors_.selections[i]);
         }
-        if (grouped_) {
-          compressor_->stage(group(), dense_flat_, dense_path_density(), selections_[group()]);
+        if (routing_.grouped) {
+          compressor_->stage(group(), dense_path_.flat, dense_path_density(),
+                             tensors_.selections[group()]);
         }
       } catch (const NumericError&) {
         // The velocity overflowed: report it like a bad gradient so every rank stops together.
@@ -221,27 +223,28 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
       }
     }
     if (!local_ok) {
-      for (auto& selection : selections_) selection.clear();
+      for (auto& selection : tensors_.selections) selection.clear();
     }
   }
-  if (!dense_residual_.empty() && local_ok) {
-    round_with_residual(dense_flat_, dense_residual_, next_residual_, dense_value_type_);
+  if (!dense_path_.residual.empty() && local_ok) {
+    round_with_residual(dense_path_.flat, dense_path_.residual, dense_path_.next_residual,
+                        routing_.dense_value_type);
   }
 
   // 3. The exchange.
   std::vector<std::span<float>> update_spans;
-  for (auto& u : updates_) update_spans.emplace_back(u);
+  for (auto& u : tensors_.updates) update_spans.emplace_back(u);
   const auto exchange_start = Clock::now();
   const std::span<float> dense_exchanged =
-      grouped_ ? std::span<float>() : std::span<float>(dense_flat_);
-  const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), selections_, update_spans,
-                                       dense_exchanged, local_ok, unapplied_);
+      routing_.grouped ? std::span<float>() : std::span<float>(dense_path_.flat);
+  const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), tensors_.selections,
+                                       update_spans, dense_exchanged, local_ok, tensors_.unapplied);
   const auto exchange_end = Clock::now();
-  timings_.compress = seconds(start, exchange_start);
-  timings_.exchange = seconds(exchange_start, exchange_end);
+  counters_.timings.compress = seconds(start, exchange_start);
+  counters_.timings.exchange = seconds(exchange_start, exchange_end);
 
   // 4. A bad gradient anywhere: nothing of the step is kept, on every rank.
-  last_bad_ranks_ = bad_ranks;
+  skips_.last_bad_ranks = bad_ranks;
   if (bad_ranks > 0) {
     if (compressor_) compressor_->discard();
     const bool skip = options_.on_nonfinite == NonFinitePolicy::kSkip;
@@ -253,48 +256,49 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
         "Lower the learning rate (--lr), enable gradient clipping (--clip-norm) or a longer "
         "warm-up (--lr-warmup-epochs), and restart from the last checkpoint (--resume)";
     if (!skip) throw NumericError(what + "Nothing was applied. " + remedy);
-    if (consecutive_skips_ >= options_.max_consecutive_skips) {
+    if (skips_.consecutive >= options_.max_consecutive_skips) {
       throw NumericError(detail::concat(
-          what, "Nothing was applied, and the run stops: ", consecutive_skips_ + 1,
+          what, "Nothing was applied, and the run stops: ", skips_.consecutive + 1,
           " bad steps in a row, more than the ", options_.max_consecutive_skips,
           " skips in a row --max-consecutive-skips allows (the run diverges). ", remedy));
     }
-    ++consecutive_skips_;
-    ++skipped_steps_;
+    ++skips_.consecutive;
+    ++skips_.total;
     for (const auto& d : directions) std::fill(d.begin(), d.end(), 0.0f);
     const ExchangeBytes& last = exchange_->last();
-    total_ += last;
-    if (iteration_ >= warmup_iterations()) post_warmup_ += last;
+    counters_.total += last;
+    if (iteration_ >= warmup_iterations()) counters_.post_warmup += last;
     ++iteration_;
-    timings_.update = seconds(exchange_end, Clock::now());
+    counters_.timings.update = seconds(exchange_end, Clock::now());
     return false;
   }
-  consecutive_skips_ = 0;
+  skips_.consecutive = 0;
   if (compressor_) compressor_->commit();
-  if (!dense_residual_.empty()) dense_residual_.swap(next_residual_);
+  if (!dense_path_.residual.empty()) dense_path_.residual.swap(dense_path_.next_residual);
 
   // What this rank selected but the exchange did not apply stays in its residual.
-  for (size_t i = 0; i < unapplied_.size(); ++i) {
-    if (!unapplied_[i].indices.empty()) compressor_->return_to_velocity(i, unapplied_[i]);
+  for (size_t i = 0; i < tensors_.unapplied.size(); ++i) {
+    if (!tensors_.unapplied[i].indices.empty())
+      compressor_->return_to_velocity(i, tensors_.unapplied[i]);
   }
 
   // Dense baseline: clip the averaged gradient as dense training would.
   if (!dgc && options_.clip_norm > 0) {
-    const double c = clip_coefficient(squared_norm(dense_flat_), options_.clip_norm);
-    if (c < 1.0) scale(dense_flat_, static_cast<float>(c));
+    const double c = clip_coefficient(squared_norm(dense_path_.flat), options_.clip_norm);
+    if (c < 1.0) scale(dense_path_.flat, static_cast<float>(c));
   }
 
   // 5. The directions.
   const auto m = static_cast<float>(options_.compressor.momentum.factor);
   const bool nesterov = options_.compressor.momentum.nesterov;
   const auto wd = static_cast<float>(options_.weight_decay * lr_factor);
-  if (!grouped_) {
-    for (size_t j = 0; j < dense_.size(); ++j) {
-      const float* w = weights[dense_[j]].data();
-      float* out = directions[dense_[j]].data();
-      const float* avg = dense_flat_.data() + dense_offsets_[j];
-      float* u = dense_momentum_[j].data();
-      const size_t n = dense_momentum_[j].size();
+  if (!routing_.grouped) {
+    for (size_t j = 0; j < routing_.dense.size(); ++j) {
+      const float* w = weights[routing_.dense[j]].data();
+      float* out = directions[routing_.dense[j]].data();
+      const float* avg = dense_path_.flat.data() + dense_path_.offsets[j];
+      float* u = dense_path_.momentum[j].data();
+      const size_t n = dense_path_.momentum[j].size();
       for (size_t e = 0; e < n; ++e) {
         const float g = avg[e] + wd * w[e];
         u[e] = m * u[e] + g;
@@ -302,25 +306,27 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
       }
     }
   }
-  for (size_t i = 0; i < compressed_.size(); ++i) {
-    compressed_direction(weights[compressed_[i]].data(), updates_[i].data(),
-                         decay_momentum_[i].data(), directions[compressed_[i]].data(),
-                         updates_[i].size(), m, wd, nesterov);
+  for (size_t i = 0; i < routing_.compressed.size(); ++i) {
+    compressed_direction(weights[routing_.compressed[i]].data(), tensors_.updates[i].data(),
+                         tensors_.decay_momentum[i].data(),
+                         directions[routing_.compressed[i]].data(), tensors_.updates[i].size(), m,
+                         wd, nesterov);
   }
-  if (grouped_) {
-    for (size_t j = 0; j < dense_.size(); ++j) {
-      const size_t at = dense_offsets_[j];
-      compressed_direction(weights[dense_[j]].data(), updates_[group()].data() + at,
-                           decay_momentum_[group()].data() + at, directions[dense_[j]].data(),
-                           weights[dense_[j]].size(), m, wd, nesterov);
+  if (routing_.grouped) {
+    for (size_t j = 0; j < routing_.dense.size(); ++j) {
+      const size_t at = dense_path_.offsets[j];
+      compressed_direction(weights[routing_.dense[j]].data(), tensors_.updates[group()].data() + at,
+                           tensors_.decay_momentum[group()].data() + at,
+                           directions[routing_.dense[j]].data(), weights[routing_.dense[j]].size(),
+                           m, wd, nesterov);
     }
   }
 
   const ExchangeBytes& last = exchange_->last();
-  total_ += last;
-  if (iteration_ >= warmup_iterations()) post_warmup_ += last;
+  counters_.total += last;
+  if (iteration_ >= warmup_iterations()) counters_.post_warmup += last;
   ++iteration_;
-  timings_.update = seconds(exchange_end, Clock::now());
+  counters_.timings.update = seconds(exchange_end, Clock::now());
   return true;
 }
 
@@ -335,17 +341,19 @@ std::vector<NamedBuffer<const float>> DistributedStep::state_buffers() const {
 
 std::vector<NamedBuffer<float>> DistributedStep::state_buffers() {
   std::vector<NamedBuffer<float>> buffers;
-  for (size_t j = 0; j < dense_momentum_.size(); ++j) {
-    buffers.push_back({"optimizer/momentum/" + layout_[dense_[j]].name, dense_momentum_[j]});
+  for (size_t j = 0; j < dense_path_.momentum.size(); ++j) {
+    buffers.push_back(
+        {"optimizer/momentum/" + layout_[routing_.dense[j]].name, dense_path_.momentum[j]});
   }
-  for (size_t i = 0; i < selections_.size(); ++i) {
+  for (size_t i = 0; i < tensors_.selections.size(); ++i) {
     const std::string name =
-        i < compressed_.size() ? layout_[compressed_[i]].name : kDensePathGroup;
-    buffers.push_back({"optimizer/decay_momentum/" + name, decay_momentum_[i]});
+        i < routing_.compressed.size() ? layout_[routing_.compressed[i]].name : kDensePathGroup;
+    buffers.push_back({"optimizer/decay_momentum/" + name, tensors_.decay_momentum[i]});
     buffers.push_back({"dgc/momentum/" + name, compressor_->momentum(i)});
     buffers.push_back({"dgc/velocity/" + name, compressor_->velocity(i)});
   }
-  if (!dense_residual_.empty()) buffers.push_back({"optimizer/dense_residual", dense_residual_});
+  if (!dense_path_.residual.empty())
+    buffers.push_back({"optimizer/dense_residual", dense_path_.residual});
   return buffers;
 }
 

@@ -88,13 +88,13 @@ class DistributedStep {
   // kSkip: the steps skipped so far (restored from checkpoints with set_skipped_steps), those in a
   // row up to the last step, and the number of ranks whose gradient was not finite at the last
   // step (0 when it was taken).
-  int64_t skipped_steps() const { return skipped_steps_; }
-  int64_t consecutive_skips() const { return consecutive_skips_; }
+  int64_t skipped_steps() const { return skips_.total; }
+  int64_t consecutive_skips() const { return skips_.consecutive; }
   void set_skipped_steps(int64_t total, int64_t consecutive) {
-    skipped_steps_ = total;
-    consecutive_skips_ = consecutive;
+    skips_.total = total;
+    skips_.consecutive = consecutive;
   }
-  int last_bad_ranks() const { return last_bad_ranks_; }
+  int last_bad_ranks() const { return skips_.last_bad_ranks; }
 
   int64_t iteration() const { return iteration_; }
   void set_iteration(int64_t iteration) { iteration_ = iteration; }
@@ -121,19 +121,19 @@ class DistributedStep {
   Compressor* compressor() { return compressor_.get(); }
   // kFloat16 / kBFloat16: this rank's rounding residual over the dense-path tensors concatenated
   // in layout order (what rounding has held back so far); empty otherwise.
-  std::span<const float> dense_residual() const { return dense_residual_; }
+  std::span<const float> dense_residual() const { return dense_path_.residual; }
 
   const ExchangeBytes& last_bytes() const { return exchange_->last(); }
   // The job's run id (from the exchange handshake) and whether its messages are authenticated.
   const RunId& run_id() const { return exchange_->run_id(); }
   bool authenticated() const { return exchange_->authenticated(); }
-  const ExchangeBytes& total_bytes() const { return total_; }
-  const ExchangeBytes& post_warmup_bytes() const { return post_warmup_; }
+  const ExchangeBytes& total_bytes() const { return counters_.total; }
+  const ExchangeBytes& post_warmup_bytes() const { return counters_.post_warmup; }
   void set_bytes(const ExchangeBytes& total, const ExchangeBytes& post_warmup) {
-    total_ = total;
-    post_warmup_ = post_warmup;
+    counters_.total = total;
+    counters_.post_warmup = post_warmup;
   }
-  const StepTimings& last_timings() const { return timings_; }
+  const StepTimings& last_timings() const { return counters_.timings; }
 
   // Every float buffer of this rank's state, by name: the dense-path momentum u
   // ("optimizer/momentum/<tensor>"), the weight-decay momentum b ("optimizer/decay_momentum/..."),
@@ -152,42 +152,61 @@ class DistributedStep {
   // The factor run() at `iteration` scales the gradient (and the weight-decay term) by before they
   // enter the momentum: lr_t / lr with options.lr_in_velocity, else 1.
   double lr_factor_at(int64_t iteration) const;
-  size_t group() const { return compressed_.size(); }  // the dense-path group's compressor index
+  size_t group() const {
+    return routing_.compressed.size();
+  }  // the dense-path group's compressor index
 
   comm::Communicator& comm_;
   OptimizerOptions options_;
   std::string settings_;
   std::vector<TensorSpec> layout_;
-  std::vector<size_t> compressed_;  // indices into layout_ of the compressed tensors
-  std::vector<size_t> dense_;       // ... and of the dense-path tensors
-  bool grouped_ = false;            // the dense path is the compressor's tensor group()
-  bool global_ = false;             // SelectionScope::kGlobal: every tensor is in the group
-  // The dense path's wire type: fp32 (exact average, or nothing with grouped_), fp16 or bf16.
-  ValueType dense_value_type_ = ValueType::kFloat32;
+
+  // Where each tensor goes; fixed at construction.
+  struct Routing {
+    std::vector<size_t> compressed;  // indices into layout_ of the compressed tensors
+    std::vector<size_t> dense;       // ... and of the dense-path tensors
+    bool grouped = false;            // the dense path is the compressor's tensor group()
+    bool global = false;             // SelectionScope::kGlobal: every tensor is in the group
+    // The dense path's wire type: fp32 (exact average, or nothing when grouped), fp16 or bf16.
+    ValueType dense_value_type = ValueType::kFloat32;
+  } routing_;
+
   std::unique_ptr<Exchange> exchange_;
   std::unique_ptr<Compressor> compressor_;
   int64_t iteration_ = 0;
 
-  // Per compressor tensor (the compressed tensors, then the dense-path group if grouped_).
-  std::vector<Selection> selections_;
-  std::vector<Selection> unapplied_;  // what the exchange handed back, per compressed tensor
-  std::vector<std::vector<float>> updates_;
-  std::vector<std::vector<float>> decay_momentum_;  // weight-decay momentum b
-  // Per dense tensor: ordinary momentum u (not with grouped_), and its offset in the flat buffer.
-  std::vector<std::vector<float>> dense_momentum_;
-  std::vector<size_t> dense_offsets_;
-  std::vector<float> dense_flat_;
-  // kFloat16 / kBFloat16: the rounding residual of the flat buffer, and the one a step writes
-  // (swapped in when the step is kept).
-  std::vector<float> dense_residual_;
-  std::vector<float> next_residual_;
-  int64_t skipped_steps_ = 0;
-  int64_t consecutive_skips_ = 0;
-  int last_bad_ranks_ = 0;
+  // Per compressor tensor (the compressed tensors, then the dense-path group if grouped).
+  struct TensorBuffers {
+    std::vector<Selection> selections;
+    std::vector<Selection> unapplied;  // what the exchange handed back, per compressed tensor
+    std::vector<std::vector<float>> updates;
+    std::vector<std::vector<float>> decay_momentum;  // weight-decay momentum b
+  } tensors_;
 
-  ExchangeBytes total_;
-  ExchangeBytes post_warmup_;
-  StepTimings timings_;
+  // The dense path: per dense tensor its ordinary momentum u (not when grouped) and its offset
+  // in the flat buffer; with kFloat16 / kBFloat16 the rounding residual of the flat buffer, and
+  // the one a step writes (swapped in when the step is kept).
+  struct DensePathBuffers {
+    std::vector<std::vector<float>> momentum;
+    std::vector<size_t> offsets;
+    std::vector<float> flat;
+    std::vector<float> residual;
+    std::vector<float> next_residual;
+  } dense_path_;
+
+  // Steps skipped on non-finite gradients (--on-nonfinite skip).
+  struct Skips {
+    int64_t total = 0;
+    int64_t consecutive = 0;
+    int last_bad_ranks = 0;
+  } skips_;
+
+  // What the steps sent, and how long the last one took.
+  struct Counters {
+    ExchangeBytes total;
+    ExchangeBytes post_warmup;
+    StepTimings timings;
+  } counters_;
 };
 
 }  // namespace dgc::train
