@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "dgc/comm/wire_bytes.h"
 #include "dgc/core/error.h"
@@ -64,6 +65,23 @@ void Communicator::check_announced(const char* op, std::span<const uint64_t> siz
   }
 }
 
+std::vector<size_t> Communicator::offsets_of(std::span<const uint64_t> sizes) {
+  std::vector<size_t> offsets(sizes.size(), 0);
+  for (size_t r = 1; r < sizes.size(); ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+  return offsets;
+}
+
+namespace {
+// The messages of a buffer that holds them back to back, one vector each.
+std::vector<std::vector<uint8_t>> split(const uint8_t* data, std::span<const size_t> offsets,
+                                        std::span<const uint64_t> sizes) {
+  std::vector<std::vector<uint8_t>> out(sizes.size());
+  for (size_t r = 0; r < sizes.size(); ++r)
+    out[r].assign(data + offsets[r], data + offsets[r] + sizes[r]);
+  return out;
+}
+}  // namespace
+
 ByteCounters Communicator::allgatherv_payload_bytes(std::span<const uint64_t> sizes) const {
   return ring_allgatherv_bytes(sizes, rank());
 }
@@ -79,8 +97,7 @@ std::vector<std::vector<uint8_t>> Communicator::allgatherv(std::span<const uint8
   check_announced("allgatherv", sizes);
   bytes_ += ring_allgatherv_bytes(std::vector<uint64_t>(n, sizeof(uint64_t)), rank());
   // Then the payload with exact counts, this rank's message in place.
-  std::vector<size_t> offsets(n, 0);
-  for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+  const std::vector<size_t> offsets = offsets_of(sizes);
   const uint64_t total = offsets[n - 1] + sizes[n - 1];
   std::vector<uint8_t> flat(total);
   if (!message.empty()) std::memcpy(flat.data() + offsets[rank()], message.data(), message.size());
@@ -88,11 +105,7 @@ std::vector<std::vector<uint8_t>> Communicator::allgatherv(std::span<const uint8
     guarded([&] { allgatherv_payload(flat, sizes, call); });
     bytes_ += allgatherv_payload_bytes(sizes);
   }
-  std::vector<std::vector<uint8_t>> out(n);
-  for (int r = 0; r < n; ++r) {
-    const auto* first = flat.data() + offsets[r];
-    out[r].assign(first, first + sizes[r]);
-  }
+  auto out = split(flat.data(), offsets, sizes);
   on_delivered("allgatherv", out);
   return out;
 }
@@ -111,13 +124,9 @@ std::vector<std::vector<uint8_t>> Communicator::alltoallv(
   check_announced("alltoallv", receive_sizes);
   // Then every payload at once, with exact counts. One byte of slack keeps the buffers non-null
   // when everything is empty.
-  uint64_t send_total = 0, receive_total = 0;
-  std::vector<size_t> receive_offsets(n, 0);
-  for (int p = 0; p < n; ++p) {
-    receive_offsets[p] = receive_total;
-    send_total += send_sizes[p];
-    receive_total += receive_sizes[p];
-  }
+  const std::vector<size_t> receive_offsets = offsets_of(receive_sizes);
+  const uint64_t send_total = std::accumulate(send_sizes.begin(), send_sizes.end(), uint64_t{0});
+  const uint64_t receive_total = receive_offsets[n - 1] + receive_sizes[n - 1];
   std::vector<uint8_t> send(send_total + 1), receive(receive_total + 1);
   size_t offset = 0;
   for (const auto& m : messages) {
@@ -129,11 +138,7 @@ std::vector<std::vector<uint8_t>> Communicator::alltoallv(
                       receive_sizes, call);
   });
   bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
-  std::vector<std::vector<uint8_t>> out(n);
-  for (int p = 0; p < n; ++p) {
-    const auto* first = receive.data() + receive_offsets[p];
-    out[p].assign(first, first + receive_sizes[p]);
-  }
+  auto out = split(receive.data(), receive_offsets, receive_sizes);
   on_delivered("alltoallv", out);
   return out;
 }

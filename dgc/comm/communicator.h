@@ -135,6 +135,9 @@ class Communicator {
   virtual void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) = 0;
   virtual void barrier_primitive(const Call& call) = 0;
 
+  // Where each message starts in a buffer holding them back to back: the prefix sums of sizes.
+  static std::vector<size_t> offsets_of(std::span<const uint64_t> sizes);
+
   // The wire bytes of allgatherv's payload phase; by default a ring over the exact sizes (an
   // engine without variable-size allgather pads every message to the largest).
   virtual ByteCounters allgatherv_payload_bytes(std::span<const uint64_t> sizes) const;

@@ -50,8 +50,7 @@ class ProcessGroupCommunicator final : public Communicator {
                           const Call& call) override {
     const int n = size();
     const auto largest = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
-    std::vector<size_t> offsets(n, 0);
-    for (int r = 1; r < n; ++r) offsets[r] = offsets[r - 1] + sizes[r - 1];
+    const std::vector<size_t> offsets = offsets_of(sizes);
     torch::Tensor mine = torch::zeros({largest}, torch::kUInt8);
     if (sizes[rank()] > 0) {
       std::memcpy(mine.data_ptr(), flat.data() + offsets[rank()], sizes[rank()]);
