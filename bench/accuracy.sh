@@ -2,7 +2,8 @@
 # Accuracy with and without DGC: trains a model (--model, default the CNN) on Fashion-MNIST twice
 # with the same seed, data order and settings -- dense (--compression none) and DGC (d = 0.001
 # after a one-epoch density warm-up in the paper's 4 exponential stages, the default dense path)
-# -- with 4 local workers, a one-epoch linear learning-rate warm-up and cosine decay. Writes both
+# -- with 4 local workers (--workers), a one-epoch linear learning-rate warm-up and cosine decay.
+# Writes both
 # curves (JSON lines, one object per epoch), both logs and a markdown table with DGC's message
 # bytes per step split into compressed tensors, dense path and headers:
 #
@@ -11,6 +12,7 @@
 #   bytes per epoch)
 #
 # Usage: bench/accuracy.sh [--model cnn|mlp|resnet20] [--out DIR] [--epochs N] [--seed S]
+#                          [--workers N] [--skip-existing]
 #                          [--dgc BINARY] [--exchanges "allgather direct sparse-allreduce"]
 #                          [--dense-paths "exact grouped fp16 bf16"]
 #                          [-- extra `dgc train` flags for every run]
@@ -19,8 +21,12 @@
 # --dense-paths: one more DGC run per dense-path strategy named (`--dense-path S`), written to
 # OUT/dgc-dense-S.jsonl/.log, and OUT/dense-paths.md: final accuracy, ratio after warm-up and the
 # message bytes per step after warm-up by part, for dense, the default DGC run and each strategy.
-# Defaults: --model cnn, --out runs/accuracy, --epochs 10, --seed 1, --dgc build/bin/dgc. About
-# 10 minutes on a 2-core machine for the CNN (ResNet-20 is about 6 times slower). Targets: DGC's
+# --workers: local workers, each with a batch of 32 (the global batch grows with N; the DGC runs
+# add --residual-stats, bench/accuracy_scale.sh). --skip-existing keeps a run whose metrics file
+# already holds every epoch.
+# Defaults: --model cnn, --out runs/accuracy, --epochs 10, --seed 1, --workers 4,
+# --dgc build/bin/dgc. About 10 minutes on a 2-core machine for the CNN at 4 workers (ResNet-20 is
+# about 6 times slower). Targets: DGC's
 # final test accuracy within 0.5 points of dense (or above), and a compression ratio of at least
 # 270x after warm-up, counting every byte of every message.
 set -euo pipefail
@@ -33,6 +39,8 @@ epochs=10
 seed=1
 warmup=1
 dgc=build/bin/dgc
+workers=4
+skip_existing=0
 extra=()
 exchanges=""
 dense_paths=""
@@ -43,10 +51,12 @@ while (($#)); do
     --epochs) epochs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --skip-existing) skip_existing=1; shift ;;
     --exchanges) exchanges=$2; shift 2 ;;
     --dense-paths) dense_paths=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "accuracy.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,16 +67,18 @@ fi
 mkdir -p "$out"
 
 # Everything but the compression is shared by both runs.
-common=(--model "$model" --workers 4 --epochs "$epochs" --seed "$seed" --batch-size 32
+common=(--model "$model" --workers "$workers" --epochs "$epochs" --seed "$seed" --batch-size 32
         --lr 0.1 --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9 --weight-decay 1e-4)
 run() {
   local name=$1
   shift
+  if [ "$skip_existing" = 1 ] && kept_run "$out/$name.jsonl" "$epochs" "$name"; then return; fi
   echo "== $name: $dgc train ${common[*]} $* ${extra[*]}"
   "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" | tee "$out/$name.log"
 }
 run dense --compression none
-run dgc --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4
+run dgc --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4 \
+  --residual-stats
 for exchange in $exchanges; do
   run "dgc-$exchange" --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4 \
     --exchange "$exchange"

@@ -164,6 +164,15 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
                {"exchange_seconds", m.exchange_seconds},
                {"compression", compression},
                {"workers", workers}});
+  if (m.residual) {
+    const auto& r = *m.residual;
+    json.update({{"residual_sent_age_mean", r.sent_age_mean},
+                 {"residual_sent_age_p90", r.sent_age_p90},
+                 {"residual_never_sent_fraction", r.never_sent_fraction},
+                 {"residual_l1", r.residual_l1},
+                 {"residual_sent_l1", r.sent_l1},
+                 {"residual_epochs", r.residual_epochs}});
+  }
   return json;
 }
 
@@ -647,6 +656,10 @@ void add_train(CLI::App& app) {
                 "the momentum and velocity scaled by lr_t / lr; every update is applied at --lr), "
                 "so an element sent late moves at the rates of the steps it came from "
                 "(default: off)");
+  sub->add_flag("--residual-stats", cmd->options.residual_stats,
+                "DGC: measure rank 0's residual every epoch and add it to --metrics (residual_*: "
+                "mean and 90th-percentile age in steps of the elements sent, the fraction never "
+                "sent, the residual's mass against the epoch's sent mass; default: off)");
   sub->add_option("--lr-decay", cmd->lr_decay,
                   "After warm-up: cosine (to 0 at the last epoch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))

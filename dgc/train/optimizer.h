@@ -67,6 +67,8 @@ class DistributedOptimizer {
   const std::string& settings() const { return step_.settings(); }
   // Null with Compression::kNone. Its tensors: see DistributedStep::compressor().
   const Compressor* compressor() const { return step_.compressor(); }
+  // The step under this optimizer (its last selections, its layout).
+  const DistributedStep& distributed_step() const { return step_; }
   // kFloat16 / kBFloat16: this rank's rounding residual of the dense path; empty otherwise.
   std::span<const float> dense_residual() const { return step_.dense_residual(); }
 

@@ -123,6 +123,12 @@ class DistributedStep {
   // in layout order (what rounding has held back so far); empty otherwise.
   std::span<const float> dense_residual() const { return dense_path_.residual; }
 
+  // What this rank selected at the last kept step, one Selection per compressor tensor (the
+  // compressed tensors, then the dense-path group if grouped); empty with kNone.
+  std::span<const Selection> last_selections() const { return tensors_.selections; }
+  // The number of compressed tensors (the compressor's tensors before the dense-path group).
+  size_t compressed_tensors() const { return routing_.compressed.size(); }
+
   const ExchangeBytes& last_bytes() const { return exchange_->last(); }
   // The job's run id (from the exchange handshake) and whether its messages are authenticated.
   const RunId& run_id() const { return exchange_->run_id(); }

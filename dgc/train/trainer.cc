@@ -102,6 +102,10 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
 
   optimizer_ = std::make_unique<DistributedOptimizer>(comm_, worker_->model(), options_.optimizer,
                                                       run_settings(options_, task_));
+  if (options_.residual_stats && comm_.rank() == 0 && optimizer_->compressor() != nullptr) {
+    residual_stats_ = std::make_unique<ResidualStats>(
+        *optimizer_->compressor(), optimizer_->distributed_step().compressed_tensors());
+  }
 
   // Checkpoints end in a barrier: every rank must write them after the same steps. (Not a
   // setting of the run: a resumed run may checkpoint at another rate.)
@@ -385,6 +389,10 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       progress.exchange_seconds += optimizer.last_timings().exchange;
       if (taken) {
         progress.loss_sum += batch.loss.item<double>();
+        if (residual_stats_) {
+          residual_stats_->record(optimizer.iteration() - 1,
+                                  optimizer.distributed_step().last_selections());
+        }
       } else {
         // Skipped on every rank: its loss (likely not finite) stays out of the epoch's mean.
         ++progress.skipped_steps;
@@ -452,6 +460,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
                                     ? static_cast<double>(metrics.bytes.dense_gradient) /
                                           static_cast<double>(metrics.bytes.message)
                                     : 0.0;
+    if (residual_stats_) metrics.residual = residual_stats_->take(*optimizer.compressor());
     if (checkpoints) save_checkpoint(epoch + 1, nullptr);
     metrics.seconds = seconds_since(epoch_start);
     summary.epochs.push_back(metrics);

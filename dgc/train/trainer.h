@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "dgc/exchange/exchange.h"
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/options.h"
+#include "dgc/train/residual_stats.h"
 #include "dgc/train/task.h"
 
 namespace dgc::train {
@@ -74,6 +76,8 @@ struct TrainOptions {
   int64_t train_examples = 0;
   int64_t test_examples = 0;
   int64_t eval_batch_size = 500;  // examples per evaluation batch (image task)
+  // DGC: measure the residual on rank 0 every epoch (EpochMetrics::residual; residual_stats.h).
+  bool residual_stats = false;
 };
 
 // Reported on rank 0 once, before the first step.
@@ -125,6 +129,8 @@ struct EpochMetrics {
   double seconds = 0.0;            // training and evaluation of this epoch
   double train_seconds = 0.0;      // the training steps alone (forward, backward, optimizer)
   double exchange_seconds = 0.0;   // the optimizer's exchange (encode, collectives, decode)
+  // TrainOptions::residual_stats with DGC, rank 0: where the residual stands at the epoch's end.
+  std::optional<ResidualEpochStats> residual;
 };
 
 struct TrainSummary {
@@ -199,6 +205,7 @@ class Trainer {
   // has restored the epoch from them.
   std::unique_ptr<CheckpointFile> resume_file_;
   std::unique_ptr<EpochProgress> resume_progress_;
+  std::unique_ptr<ResidualStats> residual_stats_;  // TrainOptions::residual_stats, rank 0
 };
 
 }  // namespace dgc::train
