@@ -12,7 +12,8 @@
 #   bytes per epoch)
 #
 # Usage: bench/accuracy.sh [--model cnn|mlp|resnet20] [--out DIR] [--epochs N] [--seed S]
-#                          [--workers N] [--skip-existing]
+#                          [--workers N] [--density D] [--value-type fp32|fp16|bf16]
+#                          [--skip-existing]
 #                          [--dgc BINARY] [--exchanges "allgather direct sparse-allreduce"]
 #                          [--dense-paths "exact grouped fp16 bf16"]
 #                          [-- extra `dgc train` flags for every run]
@@ -21,7 +22,8 @@
 # --dense-paths: one more DGC run per dense-path strategy named (`--dense-path S`), written to
 # OUT/dgc-dense-S.jsonl/.log, and OUT/dense-paths.md: final accuracy, ratio after warm-up and the
 # message bytes per step after warm-up by part, for dense, the default DGC run and each strategy.
-# --workers: local workers, each with a batch of 32 (the global batch grows with N; the DGC runs
+# --density and --value-type: the DGC runs' density after warm-up (default 0.001) and wire type of
+# the sent values (default fp32). --workers: local workers, each with a batch of 32 (the global batch grows with N; the DGC runs
 # add --residual-stats, bench/accuracy_scale.sh). --skip-existing keeps a run whose metrics file
 # already holds every epoch.
 # Defaults: --model cnn, --out runs/accuracy, --epochs 10, --seed 1, --workers 4,
@@ -40,6 +42,8 @@ seed=1
 warmup=1
 dgc=build/bin/dgc
 workers=4
+density=0.001
+value_type=fp32
 skip_existing=0
 extra=()
 exchanges=""
@@ -52,11 +56,13 @@ while (($#)); do
     --seed) seed=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --density) density=$2; shift 2 ;;
+    --value-type) value_type=$2; shift 2 ;;
     --skip-existing) skip_existing=1; shift ;;
     --exchanges) exchanges=$2; shift 2 ;;
     --dense-paths) dense_paths=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "accuracy.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,14 +83,14 @@ run() {
   "$dgc" train "${common[@]}" "$@" "${extra[@]}" --metrics "$out/$name.jsonl" | tee "$out/$name.log"
 }
 run dense --compression none
-run dgc --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4 \
+run dgc --compression dgc --density "$density" --value-type "$value_type" --warmup-epochs "$warmup" --warmup-stages 4 \
   --residual-stats
 for exchange in $exchanges; do
-  run "dgc-$exchange" --compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-stages 4 \
+  run "dgc-$exchange" --compression dgc --density "$density" --value-type "$value_type" --warmup-epochs "$warmup" --warmup-stages 4 \
     --exchange "$exchange"
 done
 for dense_path in $dense_paths; do
-  run "dgc-dense-$dense_path" --compression dgc --density 0.001 --warmup-epochs "$warmup" \
+  run "dgc-dense-$dense_path" --compression dgc --density "$density" --value-type "$value_type" --warmup-epochs "$warmup" \
     --warmup-stages 4 --dense-path "$dense_path"
 done
 

@@ -10,7 +10,9 @@
 #   OUT/scale-gap.png/.svg  DGC - dense (points) against workers, with the 0.5-point target band
 #
 # Usage: bench/accuracy_scale.sh [--workers "4 8 16 32 64"] [--out DIR] [--model cnn]
-#                                [--epochs N] [--seed S] [--dgc BINARY] [-- extra DGC flags]
+#                                [--epochs N] [--seed S] [--density D] [--value-type T]
+#                                [--dgc BINARY] [-- extra flags for every run]
+# --density, --value-type: the DGC runs' (bench/accuracy.sh; defaults 0.001 and fp32).
 # Runs already complete under OUT are kept (bench/accuracy.sh --skip-existing), so an interrupted
 # sweep continues where it stopped. Each pair of the CNN takes 10-20 minutes on a 2-core machine
 # (an epoch's compute is the same at any N; more processes share the cores).
@@ -22,6 +24,8 @@ out=runs/accuracy-scale
 model=cnn
 epochs=10
 seed=1
+density=0.001
+value_type=fp32
 dgc=build/bin/dgc
 extra=()
 while (($#)); do
@@ -31,6 +35,8 @@ while (($#)); do
     --model) model=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --density) density=$2; shift 2 ;;
+    --value-type) value_type=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
@@ -42,7 +48,7 @@ mkdir -p "$out"
 for n in $workers_list; do
   echo "=== $n workers x 32"
   bench/accuracy.sh --model "$model" --epochs "$epochs" --seed "$seed" --workers "$n" \
-    --out "$out/w$n" --dgc "$dgc" --skip-existing ${extra[@]+-- "${extra[@]}"}
+    --density "$density" --value-type "$value_type" --out "$out/w$n" --dgc "$dgc" --skip-existing ${extra[@]+-- "${extra[@]}"}
 done
 
 dirs=()

@@ -1,7 +1,8 @@
 // Where the residual stands: what each rank has accumulated but not yet sent, measured per epoch
 // on one rank (dgc train --residual-stats). A diagnostic for DGC's accuracy at scale
-// (docs/scaling-accuracy.md): with more workers an epoch has fewer steps, and an element whose
-// accumulated velocity stays under the selection threshold waits more of the run in the residual.
+// (docs/results.md, "Accuracy as workers are added"): with more workers an epoch has fewer steps,
+// and an element whose accumulated velocity stays under the selection threshold waits more of the
+// run in the residual.
 //
 // Per epoch: the mean age of the elements this rank sent (steps since the element was last sent
 // by this rank, or since the first step), the fraction of compressed elements this rank has never
