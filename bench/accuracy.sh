@@ -12,7 +12,7 @@
 #   bytes per epoch)
 #
 # Usage: bench/accuracy.sh [--model cnn|mlp|resnet20] [--out DIR] [--epochs N] [--seed S]
-#                          [--workers N] [--density D] [--value-type fp32|fp16|bf16]
+#                          [--workers N] [--lr LR] [--density D] [--value-type fp32|fp16|bf16]
 #                          [--skip-existing]
 #                          [--dgc BINARY] [--exchanges "allgather direct sparse-allreduce"]
 #                          [--dense-paths "exact grouped fp16 bf16"]
@@ -22,7 +22,7 @@
 # --dense-paths: one more DGC run per dense-path strategy named (`--dense-path S`), written to
 # OUT/dgc-dense-S.jsonl/.log, and OUT/dense-paths.md: final accuracy, ratio after warm-up and the
 # message bytes per step after warm-up by part, for dense, the default DGC run and each strategy.
-# --density and --value-type: the DGC runs' density after warm-up (default 0.001) and wire type of
+# --lr: both runs' learning rate (default 0.1). --density and --value-type: the DGC runs' density after warm-up (default 0.001) and wire type of
 # the sent values (default fp32). --workers: local workers, each with a batch of 32 (the global batch grows with N; the DGC runs
 # add --residual-stats, bench/accuracy_scale.sh). --skip-existing keeps a run whose metrics file
 # already holds every epoch.
@@ -42,6 +42,7 @@ seed=1
 warmup=1
 dgc=build/bin/dgc
 workers=4
+lr=0.1
 density=0.001
 value_type=fp32
 skip_existing=0
@@ -56,6 +57,7 @@ while (($#)); do
     --seed) seed=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --lr) lr=$2; shift 2 ;;
     --density) density=$2; shift 2 ;;
     --value-type) value_type=$2; shift 2 ;;
     --skip-existing) skip_existing=1; shift ;;
@@ -74,7 +76,7 @@ mkdir -p "$out"
 
 # Everything but the compression is shared by both runs.
 common=(--model "$model" --workers "$workers" --epochs "$epochs" --seed "$seed" --batch-size 32
-        --lr 0.1 --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9 --weight-decay 1e-4)
+        --lr "$lr" --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9 --weight-decay 1e-4)
 run() {
   local name=$1
   shift

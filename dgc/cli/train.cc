@@ -62,6 +62,7 @@ struct TrainCommand {
   std::string selection_scope = train::to_string(train::OptimizerOptions{}.selection_scope);
   std::string on_nonfinite = train::to_string(train::OptimizerOptions{}.on_nonfinite);
   std::string lr_decay = "cosine";
+  std::string lr_scaling;  // "": the task's (sqrt for image, none for lm and speech)
   std::string metrics;
   std::string progress = "auto";
   double timeout_seconds = 60.0;
@@ -176,6 +177,9 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
   return json;
 }
 
+// The global batch the image task's default --lr (0.1) was tuned at: 4 workers x 32.
+constexpr int64_t kImageLrBatch = 128;
+
 void run(const TrainCommand& cmd, const CLI::App& sub) {
   const bool workers_given = sub.count("--workers") > 0;
   check_task_flags(cmd, sub);
@@ -236,6 +240,23 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         "--max-consecutive-skips bounds --on-nonfinite skip: add --on-nonfinite skip, or drop it");
   }
   opt.lr.decay = parse_decay(cmd.lr_decay);
+  // The image task's lr 0.1 was tuned at 4 workers x 32: sqrt-scaled from a global batch of 128
+  // when workers are added (docs/results.md, "Accuracy as workers are added").
+  const bool image = cmd.task != "lm" && cmd.task != "speech";
+  options.lr_scaling =
+      train::parse_lr_scaling(!cmd.lr_scaling.empty() ? cmd.lr_scaling : (image ? "sqrt" : "none"));
+  if (sub.count("--lr-batch") == 0) options.lr_reference_batch = image ? kImageLrBatch : 0;
+  if (options.lr_scaling != train::LrScaling::kNone && options.lr_reference_batch <= 0) {
+    throw InvalidArgument(detail::concat("--lr-scaling ", cmd.lr_scaling,
+                                         " needs the global batch --lr is meant for: add "
+                                         "--lr-batch B (for example ",
+                                         4 * options.batch_size, ", 4 workers' worth)"));
+  }
+  if (sub.count("--lr-batch") > 0 && options.lr_scaling == train::LrScaling::kNone) {
+    throw InvalidArgument(
+        "--lr-batch is the global batch --lr is meant for under --lr-scaling: add "
+        "--lr-scaling sqrt (or linear), or drop it");
+  }
   if (opt.lr_in_velocity && opt.compression != train::Compression::kDgc) {
     throw InvalidArgument(
         "--lr-in-velocity changes how DGC accumulates (dense training has no velocity): use it "
@@ -343,9 +364,17 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
         } else if (opt.clip_norm > 0) {
           clip = detail::concat(", clip norm ", opt.clip_norm, " (the averaged gradient)");
         }
+        std::string scaling;
+        if (options.lr_scaling != train::LrScaling::kNone) {
+          const int64_t reference =
+              options.lr_reference_batch > 0 ? options.lr_reference_batch : 4 * options.batch_size;
+          scaling = detail::concat(" = ", opt.lr.base, " at a global batch of ", reference, ", ",
+                                   train::to_string(options.lr_scaling), "-scaled to ",
+                                   options.batch_size * info.world_size);
+        }
         std::printf(
-            "  lr %g (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", opt.lr.base,
-            cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
+            "  lr %g%s (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", info.lr,
+            scaling.c_str(), cmd.lr_decay.c_str(), opt.lr.warmup_epochs,
             opt.lr_in_velocity ? ", inside the velocity" : "", opt.compressor.momentum.factor,
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         std::printf("  job %s: %s\n", info.run_id.c_str(),
@@ -660,6 +689,16 @@ void add_train(CLI::App& app) {
                 "DGC: measure rank 0's residual every epoch and add it to --metrics (residual_*: "
                 "mean and 90th-percentile age in steps of the elements sent, the fraction never "
                 "sent, the residual's mass against the epoch's sent mass; default: off)");
+  sub->add_option("--lr-scaling", cmd->lr_scaling,
+                  "How --lr follows the global batch (workers x --batch-size) when workers are "
+                  "added: sqrt (lr x sqrt(global / --lr-batch)), linear (lr x global / --lr-batch) "
+                  "or none; the same rule for dense and DGC (default: sqrt for the image task, "
+                  "none for lm and speech)")
+      ->check(CLI::IsMember({"none", "sqrt", "linear"}));
+  sub->add_option("--lr-batch", cmd->options.lr_reference_batch,
+                  "The global batch --lr is meant for, under --lr-scaling (image default: 128, "
+                  "the 4 workers x 32 its defaults were tuned at)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--lr-decay", cmd->lr_decay,
                   "After warm-up: cosine (to 0 at the last epoch) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}))

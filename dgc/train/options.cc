@@ -1,6 +1,7 @@
 #include "dgc/train/options.h"
 
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 #include "dgc/core/error.h"
@@ -131,6 +132,42 @@ std::string describe(const OptimizerOptions& o) {
     }
   }
   return out.str();
+}
+
+LrScaling parse_lr_scaling(const std::string& name) {
+  if (name == "none") return LrScaling::kNone;
+  if (name == "sqrt") return LrScaling::kSqrt;
+  if (name == "linear") return LrScaling::kLinear;
+  throw InvalidArgument("unknown learning-rate scaling '" + name +
+                        "': expected none, sqrt or linear");
+}
+
+std::string to_string(LrScaling scaling) {
+  switch (scaling) {
+    case LrScaling::kNone:
+      return "none";
+    case LrScaling::kSqrt:
+      return "sqrt";
+    case LrScaling::kLinear:
+      return "linear";
+  }
+  return "?";
+}
+
+double scaled_learning_rate(double lr, LrScaling scaling, int64_t global_batch,
+                            int64_t reference_batch) {
+  DGC_CHECK_GE(global_batch, 1, "global batch");
+  DGC_CHECK_GE(reference_batch, 1, "reference global batch of the learning rate");
+  const double ratio = static_cast<double>(global_batch) / static_cast<double>(reference_batch);
+  switch (scaling) {
+    case LrScaling::kNone:
+      return lr;
+    case LrScaling::kSqrt:
+      return lr * std::sqrt(ratio);
+    case LrScaling::kLinear:
+      return lr * ratio;
+  }
+  return lr;
 }
 
 }  // namespace dgc::train

@@ -146,4 +146,16 @@ struct OptimizerOptions {
 // stored in checkpoints).
 std::string describe(const OptimizerOptions& options);
 
+// How the learning rate follows the global batch (workers x batch per worker) when users add
+// workers and keep their batch per worker: --lr is the rate for a reference global batch B0, and
+// the run uses lr * sqrt(B / B0) (kSqrt), lr * B / B0 (kLinear, Goyal et al.) or lr (kNone).
+// The same rule for dense and DGC (docs/results.md, "Accuracy as workers are added").
+enum class LrScaling : uint8_t { kNone, kSqrt, kLinear };
+LrScaling parse_lr_scaling(const std::string& name);  // "none" | "sqrt" | "linear"
+std::string to_string(LrScaling scaling);
+// lr for a global batch of `global_batch` under `scaling` from `lr` at `reference_batch`
+// (dgc::InvalidArgument unless both batches are positive; kNone returns lr unchanged).
+double scaled_learning_rate(double lr, LrScaling scaling, int64_t global_batch,
+                            int64_t reference_batch);
+
 }  // namespace dgc::train

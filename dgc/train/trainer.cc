@@ -99,6 +99,11 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
         1, static_cast<int64_t>(std::ceil(warmup_iterations / options_.warmup_stages)));
   }
   options_.optimizer.lr.total_epochs = options_.epochs;
+  if (options_.lr_scaling != LrScaling::kNone) {
+    options_.optimizer.lr.base =
+        scaled_learning_rate(options_.optimizer.lr.base, options_.lr_scaling,
+                             options_.batch_size * comm_.size(), options_.lr_reference_batch);
+  }
 
   optimizer_ = std::make_unique<DistributedOptimizer>(comm_, worker_->model(), options_.optimizer,
                                                       run_settings(options_, task_));
@@ -346,6 +351,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     info.iterations_per_epoch = iterations;
     info.warmup_iterations = optimizer.warmup_iterations();
     info.warmup_stage_iterations = optimizer.options().density.iterations_per_stage;
+    info.lr = optimizer.options().lr.base;
     info.start_epoch = start_epoch_;
     info.start_iteration = start_iteration_;
     info.resumed_from = resumed_from_;

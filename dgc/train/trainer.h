@@ -76,6 +76,12 @@ struct TrainOptions {
   int64_t train_examples = 0;
   int64_t test_examples = 0;
   int64_t eval_batch_size = 500;  // examples per evaluation batch (image task)
+  // The learning-rate rule for the global batch (options.h, LrScaling): optimizer.lr.base is the
+  // rate for a global batch of lr_reference_batch (required, > 0, unless kNone), and the run uses
+  // scaled_learning_rate(base, lr_scaling, workers x batch_size, lr_reference_batch). kNone (the
+  // default here; `dgc train` defaults to sqrt at 128 for the image task) uses it as it is.
+  LrScaling lr_scaling = LrScaling::kNone;
+  int64_t lr_reference_batch = 0;
   // DGC: measure the residual on rank 0 every epoch (EpochMetrics::residual; residual_stats.h).
   bool residual_stats = false;
 };
@@ -90,6 +96,7 @@ struct RunInfo {
   int64_t iterations_per_epoch = 0;
   int64_t warmup_iterations = 0;
   int64_t warmup_stage_iterations = 0;  // 0: one stage per epoch
+  double lr = 0.0;                      // the base learning rate of the run (after lr_scaling)
   int start_epoch = 0;                  // > 0 when resumed after the first epoch
   int64_t start_iteration = 0;          // the run's steps done before this call (> 0: resumed)
   std::string resumed_from;             // rank 0's checkpoint file when resumed, else ""
