@@ -3,7 +3,9 @@ dense.jsonl and dgc.jsonl of bench/accuracy.sh), written to OUT/scale.md; with g
 chart OUT/scale-gap.png/.svg and the training loss against the step (not the epoch: more workers
 means fewer steps per epoch) OUT/scale-loss-step.png/.svg, dense and DGC at each N.
 
-Usage: accuracy_scale.py --out OUT DIR..."""
+Usage: accuracy_scale.py --out OUT DIR...
+       accuracy_scale.py --compare CHART LABEL=OUT...   the gap charts of several sweeps in one
+                                                         (CHART.png and CHART.svg)"""
 import argparse
 import os
 import re
@@ -58,7 +60,36 @@ def summary(directory):
     }
 
 
+def compare(chart, series):
+    """One gap chart from the scale-gap.dat files of several sweeps (LABEL=OUT each)."""
+    plots = [f"{-TARGET_POINTS} with lines dashtype 2 lc rgb '#888888' title 'target: "
+             f"-{TARGET_POINTS} points'", "0 with lines lc rgb '#cccccc' notitle"]
+    workers = set()
+    for item in series:
+        label, out = item.split("=", 1)
+        data = os.path.join(out, "scale-gap.dat")
+        workers.update(int(line.split()[0]) for line in open(data) if line.strip())
+        plots.append(f"'{data}' using 1:2 with linespoints lw 2 pt 7 title '{label}'")
+    for terminal, ext in (("pngcairo size 800,500", "png"), ("svg size 800,500", "svg")):
+        script = f"""
+set terminal {terminal}
+set output '{chart}.{ext}'
+set title 'DGC - dense, final test accuracy, CNN, batch 32 per worker'
+set xlabel 'workers'
+set ylabel 'DGC - dense (points)'
+set logscale x 2
+set xtics ({', '.join(str(w) for w in sorted(workers))})
+set grid
+set key bottom left
+plot {', '.join(plots)}
+"""
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--compare":
+        compare(sys.argv[2], sys.argv[3:])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("dirs", nargs="+")
