@@ -101,7 +101,6 @@ void run_bench_compress(const BenchCompressOptions& o) {
   const size_t n = static_cast<size_t>(o.numel);
 
   CompressionOptions options;
-  options.density = o.density;
   options.threads = o.threads;
   options.value_type = parse_value_type(o.value_type);
   options.selection.method =

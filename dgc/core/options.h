@@ -41,8 +41,9 @@ const char* to_string(ValueType type);
 // The inverse of to_string; anything else throws dgc::InvalidArgument listing the valid names.
 ValueType parse_value_type(std::string_view name);
 
+// The compressor's options. The density is not one of them: each step passes its own (the
+// schedule's, DensitySchedule), so that the warm-up needs no second source of truth.
 struct CompressionOptions {
-  double density = 0.001;  // d: fraction of elements sent once warm-up is over
   MomentumOptions momentum;
   SelectionOptions selection;
   ValueType value_type = ValueType::kFloat32;

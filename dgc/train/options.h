@@ -74,7 +74,7 @@ struct OptimizerOptions {
 
   // Momentum (m, Nesterov, masking), selection, wire value type, threads and sampling seed of the
   // compressor. momentum.factor and momentum.nesterov also drive the dense path (and the dense
-  // baseline). compression.density is not used: the density comes from `density` below.
+  // baseline). The density of each step comes from `density` below.
   CompressionOptions compressor;
 
   // The collective of the compressed tensors' exchange (dgc/exchange/algorithm.h; kAuto picks by
