@@ -24,7 +24,7 @@
 #include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/train/tasks/kjv.h"
-#include "dgc/train/tasks/speech_random.h"
+#include "dgc/train/tasks/speech_corpus_internal.h"
 
 extern char** environ;
 
@@ -32,9 +32,6 @@ namespace dgc::train::speech {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kInstall =
-    "install the Debian package espeak-ng (scripts/setup.sh does: apt-get install espeak-ng)";
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -6,7 +6,7 @@
 
 #include "dgc/core/error.h"
 #include "dgc/train/tasks/speech_corpus.h"
-#include "dgc/train/tasks/speech_random.h"
+#include "dgc/train/tasks/speech_corpus_internal.h"
 
 namespace dgc::train::speech {
 namespace {

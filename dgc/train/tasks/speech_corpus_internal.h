@@ -1,6 +1,7 @@
-// The speech corpus's random streams (speech_corpus.h, "Determinism"): splitmix64, whose output
-// is the same on every platform, and the stream of one utterance, a function of (seed, split,
-// index) alone. Private to the speech corpus.
+// What the speech corpus's files (speech_corpus.cc, speech_utterances.cc, speech_audio.cc)
+// share: its random streams (speech_corpus.h, "Determinism": splitmix64, whose output is the same
+// on every platform, and the stream of one utterance, a function of (seed, split, index) alone)
+// and the remedy its errors give. Private to the speech corpus.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,9 @@
 #include "dgc/train/tasks/speech_corpus.h"
 
 namespace dgc::train::speech {
+
+inline constexpr const char* kInstall =
+    "install the Debian package espeak-ng (scripts/setup.sh does: apt-get install espeak-ng)";
 
 // splitmix64: a small generator whose output is the same on every platform (the standard
 // library's distributions are not).
