@@ -18,24 +18,10 @@ namespace dgc {
 
 using namespace codec_format;
 
-const char* to_string(ValueType type) {
-  switch (type) {
-    case ValueType::kFloat32:
-      return "fp32";
-    case ValueType::kFloat16:
-      return "fp16";
-    case ValueType::kBFloat16:
-      return "bf16";
-  }
-  return "unknown";
-}
+const char* to_string(ValueType type) { return name_of(kValueTypeNames, type); }
 
 ValueType parse_value_type(std::string_view name) {
-  if (name == "fp32") return ValueType::kFloat32;
-  if (name == "fp16") return ValueType::kFloat16;
-  if (name == "bf16") return ValueType::kBFloat16;
-  throw InvalidArgument("unknown value type '" + std::string(name) +
-                        "': expected fp32, fp16 or bf16");
+  return parse_name(kValueTypeNames, name, "value type");
 }
 
 MessageWriter::MessageWriter(ValueType value_type, uint64_t iteration, const RunId& run_id)
