@@ -335,7 +335,7 @@ void add_bench_exchange(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--value-type", options->value_type, "Wire type of values: fp32 | fp16 | bf16")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+      ->check(CLI::IsMember(names_of(kValueTypeNames)));
   cmd->add_option("--repeats", options->repeats, "Timed DGC exchange iterations (median reported)")
       ->capture_default_str();
   cmd->add_option("--untimed-iterations", options->untimed_iterations,
@@ -360,7 +360,7 @@ void add_bench_exchange(CLI::App& bench) {
   cmd->add_flag("--json", options->json, "Print one JSON object per line");
   cmd->add_option("--exchange", options->exchange,
                   "Exchange algorithm: allgather, direct, sparse-allreduce or auto")
-      ->check(CLI::IsMember({"allgather", "direct", "sparse-allreduce", "auto"}))
+      ->check(CLI::IsMember(names_of(kExchangeAlgorithmNames)))
       ->capture_default_str();
   cmd->callback([options] { run_bench_exchange(*options); });
 }

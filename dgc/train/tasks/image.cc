@@ -125,6 +125,8 @@ std::unique_ptr<TaskWorker> ImageTask::make_worker(const TrainOptions& options, 
   return std::make_unique<ImageWorker>(*this, options, rank, world_size);
 }
 
+TaskDefaults image_task_defaults() { return shared_task_defaults(); }
+
 std::unique_ptr<ImageTask> load_image_task(const std::string& directory) {
   return std::make_unique<ImageTask>(load_fashion_mnist(directory, Split::kTrain),
                                      load_fashion_mnist(directory, Split::kTest));

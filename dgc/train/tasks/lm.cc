@@ -276,6 +276,18 @@ std::unique_ptr<TaskWorker> LmTask::make_worker(const TrainOptions& options, int
   return std::make_unique<LmWorker>(*this, options, rank, world_size);
 }
 
+TaskDefaults lm_task_defaults() {
+  const TaskDefaults shared = shared_task_defaults();
+  return {.model = "lstm",
+          .epochs = shared.epochs,
+          .batch_size = 10,
+          .lr = 5.0,
+          .weight_decay = 0.0,
+          .clip_norm = 0.25,
+          .masking = false,
+          .selection_scope = SelectionScope::kGlobal};
+}
+
 std::unique_ptr<LmTask> load_lm_task(const LmOptions& options) {
   const std::string dir = options.cache_dir.empty() ? kjv::default_cache_dir() : options.cache_dir;
   return std::make_unique<LmTask>(kjv::load_verses(dir, options.bible), options);
