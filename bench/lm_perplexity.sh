@@ -3,7 +3,7 @@
 # LSTM on the King James Bible (dgc train --task lm) twice with the same seed, data, model and
 # settings -- dense (--compression none) and DGC (d = 0.001 after a one-epoch density warm-up in
 # the paper's 4 exponential stages, local gradient clipping the paper's way: each worker's share of
-# the summed gradient at clip-norm / sqrt(4), --clip-scaling paper) -- with 4 local
+# the summed gradient at clip-norm / sqrt(4), clip_scaling paper) -- with 4 local
 # workers, a one-epoch linear learning-rate warm-up and cosine decay. Writes both curves (JSON
 # lines, one object per epoch), both logs and a markdown table:
 #
@@ -16,7 +16,7 @@
 #                               [-- extra `dgc train` flags for all runs]
 # DGC runs the lm task's defaults: momentum factor masking off and one threshold over the whole
 # model (--selection-scope global; dgc/train/tasks/lm.h says why).
-# --mean-clip adds a run: DGC with --clip-scaling mean (each worker's mean gradient clipped at
+# --mean-clip adds a run: DGC with --set clip_scaling=mean (each worker's mean gradient clipped at
 # clip-norm / sqrt(4), sqrt(4) to 4 times tighter than the dense baseline's clip).
 # --masking adds a run: DGC with momentum factor masking (--masking, the paper's setting).
 # --per-tensor adds a run: DGC selecting per tensor (--selection-scope tensor, the paper's
@@ -109,7 +109,7 @@ dgc_flags=(--compression dgc --density 0.001 --warmup-epochs "$warmup" --warmup-
 start dense --compression none --clip-norm "$clip"
 start dgc "${dgc_flags[@]}" --clip-norm "$clip"
 if [ "$mean_clip" = 1 ]; then
-  start dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --clip-scaling mean
+  start dgc_mean_clip "${dgc_flags[@]}" --clip-norm "$clip" --set clip_scaling=mean
 fi
 if [ "$masking" = 1 ]; then
   start dgc_masking "${dgc_flags[@]}" --clip-norm "$clip" --masking
@@ -170,7 +170,7 @@ variant_table() {
 }
 if [ "$mean_clip" = 1 ]; then
   variant_table dgc_mean_clip "$(printf '| epoch | dense test ppl (clip %g on the average) | DGC test ppl (paper scaling: each mean gradient at %g x sqrt(4)) | DGC test ppl (mean scaling: at %g / sqrt(4)) | its ratio |' "$clip" "$clip" "$clip")" \
-    "--clip-scaling mean"
+    "--set clip_scaling=mean"
 fi
 if [ "$masking" = 1 ]; then
   variant_table dgc_masking \

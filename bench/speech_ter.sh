@@ -2,7 +2,7 @@
 # Token error rate with and without DGC on the speech task: trains the 3-layer bidirectional GRU
 # with CTC on the espeak-ng letters-and-digits corpus (dgc train --task speech) dense
 # (--compression none) and with DGC (d = 0.001 after a two-epoch density warm-up in 4 exponential
-# stages, local gradient clipping the paper's way, --clip-scaling paper), 4 local workers, for each
+# stages, local gradient clipping the paper's way, clip_scaling paper), 4 local workers, for each
 # seed; dense and DGC of one seed share the seed, data, model and every other setting. The runs go
 # one at a time (dense then DGC, seed by seed), so that each has the cores to itself. Writes the
 # curves (JSON lines, one object per epoch), the logs, charts (dgc plot, when gnuplot is there) and

@@ -37,12 +37,6 @@ namespace {
 
 using train::OptimizerOptions;
 
-SelectionMethod parse_selection(const std::string& name) {
-  if (name == "sampled") return SelectionMethod::kSampled;
-  if (name == "exact") return SelectionMethod::kExact;
-  throw InvalidArgument("unknown selection '" + name + "': expected 'sampled' or 'exact'");
-}
-
 // The keyword arguments of dgc.torch.DGCState, one to one onto OptimizerOptions (the names are
 // those of `dgc train`'s flags).
 OptimizerOptions make_options(const std::string& compression, double density, double warmup_epochs,
@@ -72,7 +66,7 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   }
   o.iterations_per_epoch = iterations_per_epoch;
   o.compressor.momentum = {.factor = momentum, .nesterov = nesterov, .masking = masking};
-  o.compressor.selection.method = parse_selection(selection);
+  o.compressor.selection.method = parse_name(kSelectionMethodNames, selection, "selection");
   o.compressor.selection.sample_ratio = sample_ratio;
   o.compressor.value_type = parse_value_type(value_type);
   o.compressor.seed = seed;

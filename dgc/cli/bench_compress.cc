@@ -101,11 +101,9 @@ void run_bench_compress(const BenchCompressOptions& o) {
   const size_t n = static_cast<size_t>(o.numel);
 
   CompressionOptions options;
-  options.density = o.density;
   options.threads = o.threads;
   options.value_type = parse_value_type(o.value_type);
-  options.selection.method =
-      o.selection == "exact" ? SelectionMethod::kExact : SelectionMethod::kSampled;
+  options.selection.method = parse_name(kSelectionMethodNames, o.selection, "--selection");
   options.seed = o.seed;
   Compressor compressor({o.numel}, options);
   Compressor staged({o.numel}, options);
@@ -270,10 +268,10 @@ void add_bench_compress(CLI::App& bench) {
   cmd->add_option("--repeat", options->repeat, "Timed steps (medians reported)")
       ->capture_default_str();
   cmd->add_option("--value-type", options->value_type, "Wire type of the values")
-      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->check(CLI::IsMember(names_of(kValueTypeNames)))
       ->capture_default_str();
   cmd->add_option("--selection", options->selection, "Threshold selection method")
-      ->check(CLI::IsMember({"sampled", "exact"}))
+      ->check(CLI::IsMember(names_of(kSelectionMethodNames)))
       ->capture_default_str();
   cmd->add_option("--untimed-iterations", options->untimed_iterations,
                   "Untimed steps before the timed ones")

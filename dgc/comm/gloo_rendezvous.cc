@@ -1,6 +1,7 @@
 // The Gloo backend's rendezvous over a key-value store (in-process, shared directory or TCP):
 // every rank meets the others, then Gloo's TCP transport connects the full mesh and
-// make_gloo_communicator (gloo_communicator.h) runs the collectives over it.
+// make_gloo_communicator (gloo_communicator.h) runs the collectives over it. The stores, one entry
+// point each, are in gloo_stores.cc.
 //
 // Rendezvous, on every rank, all through the store:
 //   0. claim: with a store that counts (c10d's add), add 1 to "dgc.claim.<rank>"; a count over 1
@@ -45,6 +46,7 @@
 
 #include "dgc/comm/authenticated_store.h"
 #include "dgc/comm/gloo_communicator.h"
+#include "dgc/comm/gloo_errors.h"
 #include "dgc/comm/gloo_rendezvous.h"
 #include "dgc/comm/launch.h"
 #include "dgc/comm/tcp_store.h"
@@ -58,20 +60,6 @@ using Rendezvous = GlooRendezvous;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Gloo throws three unrelated types; turn any of them into a CommError with context.
-template <typename F>
-auto with_gloo_errors(const std::string& what, F&& body) {
-  try {
-    return body();
-  } catch (const gloo::IoException& e) {
-    throw CommError(what + ": " + e.what());
-  } catch (const gloo::EnforceNotMet& e) {
-    throw CommError(what + ": " + e.what());
-  } catch (const gloo::Exception& e) {
-    throw CommError(what + ": " + e.what());
-  }
-}
-
 std::string key(const char* what, int rank) { return detail::concat("dgc.", what, ".", rank); }
 
 std::vector<char> to_chars(const std::string& s) { return {s.begin(), s.end()}; }
@@ -82,22 +70,6 @@ std::string this_host() {
   if (gethostname(name, sizeof(name) - 1) != 0) return "?";
   return name;
 }
-
-// The in-process store of run_local, with a presence check that does not wait.
-class LocalStore final : public gloo::rendezvous::HashStore {
- public:
-  bool has(const std::string& k) {
-    std::lock_guard lock(m_);
-    return map_.count(k) != 0;
-  }
-};
-
-// Gloo's FileStore, with its presence check made public.
-class DirectoryStore final : public gloo::rendezvous::FileStore {
- public:
-  using FileStore::FileStore;
-  bool has(const std::string& k) { return check({k}); }
-};
 
 // A store plus a non-blocking presence check, and a description for error messages.
 constexpr const char* kAbortKey = "dgc.abort";
@@ -356,66 +328,7 @@ std::unique_ptr<Communicator> connect_gloo(const Rendezvous& plain, int rank, in
                                 std::move(hosts));
 }
 
-std::string resolve_hostname(const GlooOptions& options) {
-  return options.hostname.empty() ? this_host() : options.hostname;
-}
-
 }  // namespace
-
-std::vector<std::unique_ptr<Communicator>> connect_gloo_local(int world_size,
-                                                              const GlooOptions& options) {
-  DGC_CHECK(world_size >= 1, "world size must be >= 1, got ", world_size);
-  LocalStore store;
-  Rendezvous rv{store, [&store](const std::string& k) { return store.has(k); },
-                "the in-process store"};
-  const std::string hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
-  std::vector<std::unique_ptr<Communicator>> comms(world_size);
-  std::vector<std::exception_ptr> errors(world_size);
-  std::vector<std::thread> threads;
-  threads.reserve(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        comms[r] =
-            connect_gloo(rv, r, world_size, hostname, options.timeout, options.rendezvous_key);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  return comms;
-}
-
-std::unique_ptr<Communicator> connect_gloo_file(const std::string& directory, int rank,
-                                                int world_size, const GlooOptions& options) {
-  DGC_CHECK(!directory.empty(), "rendezvous directory must not be empty");
-  std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
-  if (ec) {
-    throw CommError(
-        detail::concat("rendezvous: cannot create directory '", directory, "': ", ec.message()));
-  }
-  auto store =
-      with_gloo_errors(detail::concat("rendezvous: cannot use directory '", directory, "'"),
-                       [&] { return std::make_unique<DirectoryStore>(directory); });
-  Rendezvous rv{*store, [&store](const std::string& k) { return store->has(k); },
-                detail::concat("directory '", directory, "'")};
-  return connect_gloo(rv, rank, world_size, resolve_hostname(options), options.timeout,
-                      options.rendezvous_key);
-}
-
-namespace {
-// Set by use_c10d_store() (dgc::comm_torch); null: dgc's own TcpStore.
-TcpConnector tcp_connector = nullptr;
-}  // namespace
-
-void set_tcp_connector(TcpConnector connect) { tcp_connector = connect; }
-
-bool have_c10d_store() { return tcp_connector != nullptr; }
 
 std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, int rank,
                                                       int world_size, const GlooOptions& options,
@@ -424,32 +337,6 @@ std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, 
                                : !local_address.empty()  ? local_address
                                                          : this_host();
   return connect_gloo(rv, rank, world_size, hostname, options.timeout, options.rendezvous_key);
-}
-
-std::unique_ptr<Communicator> connect_gloo_tcp(const TcpRendezvous& where, int rank, int world_size,
-                                               const GlooOptions& options) {
-  DGC_CHECK(!where.master_addr.empty(), "MASTER_ADDR must not be empty");
-  if (tcp_connector) return tcp_connector(where, rank, world_size, options);
-  if (where.agent_store) {
-    throw CommError(
-        "this process uses dgc's own TCP store, which cannot join the store of torchrun's "
-        "agent (TORCHELASTIC_USE_AGENT_STORE=True); libtorch's store comes with "
-        "dgc::comm_torch (use_c10d_store(), as the dgc program of a build with libtorch "
-        "does): use that, or start the ranks with the four variables and no agent (rank 0 "
-        "serves)");
-  }
-  TcpStore store(where.master_addr, where.master_port, rank, world_size, options.timeout);
-  Rendezvous rv{store, [&store](const std::string& k) { return store.check({k}); },
-                detail::concat("the TCP store at ", where.master_addr, ":", where.master_port)};
-  std::unique_ptr<Communicator> comm;
-  try {
-    comm = connect_gloo_rendezvous(rv, rank, world_size, options, store.local_address());
-  } catch (const MismatchError&) {
-    store.linger_after_refusal(options.timeout);
-    throw;
-  }
-  store.close(options.timeout);
-  return comm;
 }
 
 }  // namespace dgc::comm

@@ -1,5 +1,5 @@
 // Gloo's rendezvous through a key-value store, for the stores that live outside
-// gloo_communicator.cc: libtorch's c10d::TCPStore (dgc::comm_torch, c10d_store.cc) joins here, so
+// gloo_stores.cc: libtorch's c10d::TCPStore (dgc::comm_torch, c10d_store.cc) joins here, so
 // that dgc::comm itself does not link libtorch. For dgc's own libraries; installed with the other
 // headers, like c10d_store.h it needs gloo's headers.
 #pragma once
@@ -30,7 +30,7 @@ struct GlooRendezvous {
 };
 
 // Claims `rank`, joins, and connects the full mesh of Gloo pairs (the steps at the top of
-// gloo_communicator.cc). The data connections bind to options.hostname, else `local_address`
+// gloo_rendezvous.cc). The data connections bind to options.hostname, else `local_address`
 // (the store's route to MASTER_ADDR), else this host's name.
 std::unique_ptr<Communicator> connect_gloo_rendezvous(const GlooRendezvous& rv, int rank,
                                                       int world_size, const GlooOptions& options,

@@ -1,7 +1,7 @@
 // The request handling of the TCP store's server (tcp_store.h) without sockets: the server feeds
 // it the bytes each connection received and sends back what it queues. Kept apart from the
 // socket loop so that the request parser runs on bytes alone in the tests and under the fuzzer
-// (fuzz/tcp_store_fuzz.cc). Built with dgc::comm only where tcp_store.cc is (without libtorch).
+// (fuzz/tcp_store_fuzz.cc). Built with dgc::comm only where the TCP store is (without libtorch).
 //
 // Every request is a frame (u32 body length | body) from an untrusted peer: a frame longer than
 // kMaxFrameBytes, an empty frame, an unknown operation, a field that runs past its frame or over

@@ -24,14 +24,10 @@ double squared_norm(std::span<const float> values) {
   return (sums[0] + sums[1]) + (sums[2] + sums[3]);
 }
 
-std::string to_string(ClipScaling scaling) {
-  return scaling == ClipScaling::kPaper ? "paper" : "mean";
-}
+std::string to_string(ClipScaling scaling) { return name_of(kClipScalingNames, scaling); }
 
 ClipScaling parse_clip_scaling(const std::string& name) {
-  if (name == "paper") return ClipScaling::kPaper;
-  if (name == "mean") return ClipScaling::kMeanGradient;
-  throw InvalidArgument("unknown clip scaling '" + name + "': expected paper or mean");
+  return parse_name(kClipScalingNames, name, "clip scaling");
 }
 
 double local_clip_limit(double max_norm, int world_size, ClipScaling scaling) {

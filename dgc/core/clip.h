@@ -5,6 +5,8 @@
 #include <span>
 #include <string>
 
+#include "dgc/core/names.h"
+
 namespace dgc {
 
 // Which gradient the N^-1/2 threshold applies to. Both clip the worker's local mean gradient g
@@ -22,6 +24,8 @@ enum class ClipScaling {
 };
 
 // "paper" or "mean"; parse_clip_scaling throws dgc::InvalidArgument on anything else.
+inline constexpr EnumNames<ClipScaling, 2> kClipScalingNames = {
+    {{ClipScaling::kPaper, "paper"}, {ClipScaling::kMeanGradient, "mean"}}};
 std::string to_string(ClipScaling scaling);
 ClipScaling parse_clip_scaling(const std::string& name);
 

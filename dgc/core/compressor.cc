@@ -22,7 +22,6 @@ struct Compressor::Workspace {
 namespace {
 
 void check_options(const CompressionOptions& o) {
-  check_density(o.density);
   DGC_CHECK(o.momentum.factor >= 0.0 && o.momentum.factor <= 1.0,
             "momentum must be in [0, 1], got ", o.momentum.factor);
   DGC_CHECK(o.selection.sample_ratio > 0.0 && o.selection.sample_ratio <= 1.0,

@@ -1,5 +1,6 @@
-// Internal kernels shared by momentum.cc, selection.cc and compressor.cc. Not part of the API:
-// names and signatures may change without notice.
+// Internal kernels shared by momentum.cc, the selection (selection.cc, sampled_selection.cc,
+// fused_pass.cc) and compressor.cc. Not part of the API: names and signatures may change without
+// notice.
 //
 // The one full pass of a DGC step: momentum correction fused with the threshold test. The
 // update is written once per element by update_one(), which the sampling code uses too, so a
@@ -111,6 +112,10 @@ size_t part_count(size_t numel, int threads, int64_t min_numel_per_part);
 // share of `cap` finite elements stops gathering them (scratch.overflowed[part] = 1).
 void fused_pass(const PassTarget& target, float threshold, size_t parts, ThreadPool* pool,
                 PassScratch& scratch, const SampleSpec* sample = nullptr, size_t cap = SIZE_MAX);
+
+// Gathers |v| at the sample positions of an already updated velocity into spec.out (the
+// read-only path of sampled_select), non-finite values as 0, over at most `parts` parts.
+void gather_sample(const PassTarget& t, const SampleSpec& spec, size_t parts, ThreadPool* pool);
 
 // If the last fused_pass found non-finite velocities: with `reset_state`, zeroes u and v there;
 // then throws dgc::NumericError naming the first index.

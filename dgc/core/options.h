@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "dgc/core/names.h"
+
 namespace dgc {
 
 // How the threshold for the top-`k` magnitudes is chosen (docs/algorithm.md, "Threshold
@@ -13,6 +15,10 @@ enum class SelectionMethod : uint8_t {
   kSampled = 0,  // strided sample, 0.8k/1.3k adaptation, hierarchical exact top-k (the paper's)
   kExact = 1,    // exact top-k by nth_element over the whole tensor (reference and option)
 };
+
+// "sampled" | "exact", as `--selection` and the settings lines name them.
+inline constexpr EnumNames<SelectionMethod, 2> kSelectionMethodNames = {
+    {{SelectionMethod::kSampled, "sampled"}, {SelectionMethod::kExact, "exact"}}};
 
 struct SelectionOptions {
   SelectionMethod method = SelectionMethod::kSampled;
@@ -37,12 +43,15 @@ struct MomentumOptions {
 enum class ValueType : uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 // "fp32", "fp16", "bf16": the names used by flags, settings and messages.
+inline constexpr EnumNames<ValueType, 3> kValueTypeNames = {
+    {{ValueType::kFloat32, "fp32"}, {ValueType::kFloat16, "fp16"}, {ValueType::kBFloat16, "bf16"}}};
 const char* to_string(ValueType type);
 // The inverse of to_string; anything else throws dgc::InvalidArgument listing the valid names.
 ValueType parse_value_type(std::string_view name);
 
+// The compressor's options. The density is not one of them: each step passes its own (the
+// schedule's, DensitySchedule), so that the warm-up needs no second source of truth.
 struct CompressionOptions {
-  double density = 0.001;  // d: fraction of elements sent once warm-up is over
   MomentumOptions momentum;
   SelectionOptions selection;
   ValueType value_type = ValueType::kFloat32;

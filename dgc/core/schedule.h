@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "dgc/core/names.h"
+
 namespace dgc {
 
 struct DensitySchedule {
@@ -29,6 +31,12 @@ struct LearningRateSchedule {
   double step_gamma = 0.1;               // for step: lr *= gamma at each milestone
   double step_epochs[4] = {0, 0, 0, 0};  // for step: milestones in epochs (0 = unused)
 };
+
+// "cosine" | "constant" | "step", as `--lr-decay` and the settings lines (lr_decay=) name them.
+inline constexpr EnumNames<LearningRateSchedule::Decay, 3> kLrDecayNames = {
+    {{LearningRateSchedule::Decay::kCosine, "cosine"},
+     {LearningRateSchedule::Decay::kConstant, "constant"},
+     {LearningRateSchedule::Decay::kStep, "step"}}};
 
 // Learning rate at `iteration`: lr * decay(epoch) * ramp(iteration), epoch = iteration / ipe.
 // ramp: during the first W = warmup_epochs * ipe iterations, (iteration + 1) / W when

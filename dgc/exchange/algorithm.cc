@@ -8,26 +8,11 @@
 namespace dgc {
 
 ExchangeAlgorithm parse_exchange_algorithm(const std::string& name) {
-  if (name == "allgather") return ExchangeAlgorithm::kAllgather;
-  if (name == "direct") return ExchangeAlgorithm::kDirect;
-  if (name == "sparse-allreduce") return ExchangeAlgorithm::kSparseAllreduce;
-  if (name == "auto") return ExchangeAlgorithm::kAuto;
-  throw InvalidArgument("unknown exchange algorithm '" + name +
-                        "': expected allgather, direct, sparse-allreduce or auto");
+  return parse_name(kExchangeAlgorithmNames, name, "exchange algorithm");
 }
 
 const char* to_string(ExchangeAlgorithm algorithm) {
-  switch (algorithm) {
-    case ExchangeAlgorithm::kAllgather:
-      return "allgather";
-    case ExchangeAlgorithm::kDirect:
-      return "direct";
-    case ExchangeAlgorithm::kSparseAllreduce:
-      return "sparse-allreduce";
-    case ExchangeAlgorithm::kAuto:
-      return "auto";
-  }
-  return "unknown";
+  return name_of(kExchangeAlgorithmNames, algorithm);
 }
 
 ExchangeAlgorithm choose_algorithm(int world_size, double density, uint64_t numel) {

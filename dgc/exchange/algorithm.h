@@ -16,9 +16,17 @@
 #include <cstdint>
 #include <string>
 
+#include "dgc/core/names.h"
+
 namespace dgc {
 
 enum class ExchangeAlgorithm : uint8_t { kAllgather, kDirect, kSparseAllreduce, kAuto };
+
+inline constexpr EnumNames<ExchangeAlgorithm, 4> kExchangeAlgorithmNames = {
+    {{ExchangeAlgorithm::kAllgather, "allgather"},
+     {ExchangeAlgorithm::kDirect, "direct"},
+     {ExchangeAlgorithm::kSparseAllreduce, "sparse-allreduce"},
+     {ExchangeAlgorithm::kAuto, "auto"}}};
 
 // "allgather" | "direct" | "sparse-allreduce" | "auto"; dgc::InvalidArgument otherwise.
 ExchangeAlgorithm parse_exchange_algorithm(const std::string& name);

@@ -19,75 +19,31 @@ std::ostream& operator<<(std::ostream& out, Num n) {
   return out.write(text, result.ptr - text);
 }
 
-const char* to_string(SelectionMethod method) {
-  return method == SelectionMethod::kExact ? "exact" : "sampled";
-}
-
-const char* to_string(LearningRateSchedule::Decay decay) {
-  switch (decay) {
-    case LearningRateSchedule::Decay::kConstant:
-      return "constant";
-    case LearningRateSchedule::Decay::kStep:
-      return "step";
-    case LearningRateSchedule::Decay::kCosine:
-      break;
-  }
-  return "cosine";
-}
-
 }  // namespace
 
 Compression parse_compression(const std::string& name) {
-  if (name == "none") return Compression::kNone;
-  if (name == "dgc") return Compression::kDgc;
-  throw InvalidArgument("unknown compression '" + name + "': expected none or dgc");
+  return parse_name(kCompressionNames, name, "compression");
 }
 
-std::string to_string(Compression compression) {
-  return compression == Compression::kNone ? "none" : "dgc";
-}
+std::string to_string(Compression compression) { return name_of(kCompressionNames, compression); }
 
 DensePath parse_dense_path(const std::string& name) {
-  if (name == "exact") return DensePath::kExact;
-  if (name == "grouped") return DensePath::kGrouped;
-  if (name == "fp16") return DensePath::kFloat16;
-  if (name == "bf16") return DensePath::kBFloat16;
-  throw InvalidArgument("unknown dense path '" + name + "': expected exact, grouped, fp16 or bf16");
+  return parse_name(kDensePathNames, name, "dense path");
 }
 
-std::string to_string(DensePath dense_path) {
-  switch (dense_path) {
-    case DensePath::kGrouped:
-      return "grouped";
-    case DensePath::kFloat16:
-      return "fp16";
-    case DensePath::kBFloat16:
-      return "bf16";
-    case DensePath::kExact:
-      break;
-  }
-  return "exact";
-}
+std::string to_string(DensePath dense_path) { return name_of(kDensePathNames, dense_path); }
 
 SelectionScope parse_selection_scope(const std::string& name) {
-  if (name == "tensor") return SelectionScope::kTensor;
-  if (name == "global") return SelectionScope::kGlobal;
-  throw InvalidArgument("unknown selection scope '" + name + "': expected tensor or global");
+  return parse_name(kSelectionScopeNames, name, "selection scope");
 }
 
-std::string to_string(SelectionScope scope) {
-  return scope == SelectionScope::kGlobal ? "global" : "tensor";
-}
+std::string to_string(SelectionScope scope) { return name_of(kSelectionScopeNames, scope); }
 
 NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
-  if (name == "stop") return NonFinitePolicy::kStop;
-  if (name == "skip") return NonFinitePolicy::kSkip;
-  throw InvalidArgument("unknown non-finite policy '" + name + "': expected stop or skip");
+  return parse_name(kNonFinitePolicyNames, name, "non-finite policy");
 }
 
-std::string to_string(NonFinitePolicy policy) {
-  return policy == NonFinitePolicy::kSkip ? "skip" : "stop";
-}
+std::string to_string(NonFinitePolicy policy) { return name_of(kNonFinitePolicyNames, policy); }
 
 std::string describe(const OptimizerOptions& o) {
   std::ostringstream out;
@@ -101,7 +57,7 @@ std::string describe(const OptimizerOptions& o) {
       << "lr=" << Num{o.lr.base} << "\n"
       << "lr_warmup_epochs=" << Num{o.lr.warmup_epochs} << "\n"
       << "lr_warmup_start=" << Num{o.lr.warmup_start} << "\n"
-      << "lr_decay=" << to_string(o.lr.decay) << "\n"
+      << "lr_decay=" << name_of(kLrDecayNames, o.lr.decay) << "\n"
       << "lr_total_epochs=" << Num{o.lr.total_epochs} << "\n"
       << "lr_step_gamma=" << Num{o.lr.step_gamma} << "\n"
       << "lr_step_epochs=" << Num{o.lr.step_epochs[0]} << "," << Num{o.lr.step_epochs[1]} << ","
@@ -114,7 +70,7 @@ std::string describe(const OptimizerOptions& o) {
         << "warmup_epochs=" << Num{o.density.warmup_epochs} << "\n"
         << "warmup_stage_iterations=" << o.density.iterations_per_stage << "\n"
         << "masking=" << c.momentum.masking << "\n"
-        << "selection=" << to_string(c.selection.method) << "\n"
+        << "selection=" << name_of(kSelectionMethodNames, c.selection.method) << "\n"
         << "sample_ratio=" << Num{c.selection.sample_ratio} << "\n"
         << "selection_bounds=" << Num{c.selection.lower_ratio} << ","
         << Num{c.selection.upper_ratio} << "," << Num{c.selection.threshold_decay} << ","
@@ -135,24 +91,10 @@ std::string describe(const OptimizerOptions& o) {
 }
 
 LrScaling parse_lr_scaling(const std::string& name) {
-  if (name == "none") return LrScaling::kNone;
-  if (name == "sqrt") return LrScaling::kSqrt;
-  if (name == "linear") return LrScaling::kLinear;
-  throw InvalidArgument("unknown learning-rate scaling '" + name +
-                        "': expected none, sqrt or linear");
+  return parse_name(kLrScalingNames, name, "learning-rate scaling");
 }
 
-std::string to_string(LrScaling scaling) {
-  switch (scaling) {
-    case LrScaling::kNone:
-      return "none";
-    case LrScaling::kSqrt:
-      return "sqrt";
-    case LrScaling::kLinear:
-      return "linear";
-  }
-  return "?";
-}
+std::string to_string(LrScaling scaling) { return name_of(kLrScalingNames, scaling); }
 
 double scaled_learning_rate(double lr, LrScaling scaling, int64_t global_batch,
                             int64_t reference_batch) {

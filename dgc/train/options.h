@@ -10,6 +10,7 @@
 #include "dgc/comm/communicator.h"
 #include "dgc/core/auth.h"
 #include "dgc/core/clip.h"
+#include "dgc/core/names.h"
 #include "dgc/core/options.h"
 #include "dgc/core/policy.h"
 #include "dgc/core/schedule.h"
@@ -20,6 +21,8 @@ namespace dgc::train {
 // What travels: `kNone` is the dense baseline (every tensor allreduce-averaged, momentum SGD);
 // `kDgc` compresses the tensors the policy picks.
 enum class Compression : uint8_t { kNone, kDgc };
+inline constexpr EnumNames<Compression, 2> kCompressionNames = {
+    {{Compression::kDgc, "dgc"}, {Compression::kNone, "none"}}};
 Compression parse_compression(const std::string& name);  // "none" | "dgc"; dgc::InvalidArgument
 std::string to_string(Compression compression);
 
@@ -36,6 +39,10 @@ std::string to_string(Compression compression);
 //              fp16 / bf16 and keeps what rounding dropped as the residual (error feedback,
 //              round_with_residual); ordinary momentum SGD on the average, as with kExact.
 enum class DensePath : uint8_t { kExact, kGrouped, kFloat16, kBFloat16 };
+inline constexpr EnumNames<DensePath, 4> kDensePathNames = {{{DensePath::kExact, "exact"},
+                                                             {DensePath::kGrouped, "grouped"},
+                                                             {DensePath::kFloat16, "fp16"},
+                                                             {DensePath::kBFloat16, "bf16"}}};
 // "exact" | "grouped" | "fp16" | "bf16"; anything else throws dgc::InvalidArgument.
 DensePath parse_dense_path(const std::string& name);
 std::string to_string(DensePath dense_path);
@@ -51,6 +58,8 @@ std::string to_string(DensePath dense_path);
 //            `dense_path_density` and the policy are not used, and its bytes count as
 //            message_bytes_dense_path.
 enum class SelectionScope : uint8_t { kTensor, kGlobal };
+inline constexpr EnumNames<SelectionScope, 2> kSelectionScopeNames = {
+    {{SelectionScope::kTensor, "tensor"}, {SelectionScope::kGlobal, "global"}}};
 // "tensor" | "global"; anything else throws dgc::InvalidArgument.
 SelectionScope parse_selection_scope(const std::string& name);
 std::string to_string(SelectionScope scope);
@@ -65,6 +74,8 @@ std::string to_string(SelectionScope scope);
 //          (the bad batch is consumed) and the schedules. More than max_consecutive_skips skips
 //          in a row stop the run as kStop does, so that a diverging run does not skip forever.
 enum class NonFinitePolicy : uint8_t { kStop, kSkip };
+inline constexpr EnumNames<NonFinitePolicy, 2> kNonFinitePolicyNames = {
+    {{NonFinitePolicy::kStop, "stop"}, {NonFinitePolicy::kSkip, "skip"}}};
 // "stop" | "skip"; anything else throws dgc::InvalidArgument.
 NonFinitePolicy parse_nonfinite_policy(const std::string& name);
 std::string to_string(NonFinitePolicy policy);
@@ -74,7 +85,7 @@ struct OptimizerOptions {
 
   // Momentum (m, Nesterov, masking), selection, wire value type, threads and sampling seed of the
   // compressor. momentum.factor and momentum.nesterov also drive the dense path (and the dense
-  // baseline). compression.density is not used: the density comes from `density` below.
+  // baseline). The density of each step comes from `density` below.
   CompressionOptions compressor;
 
   // The collective of the compressed tensors' exchange (dgc/exchange/algorithm.h; kAuto picks by
@@ -151,6 +162,8 @@ std::string describe(const OptimizerOptions& options);
 // the run uses lr * sqrt(B / B0) (kSqrt), lr * B / B0 (kLinear, Goyal et al.) or lr (kNone).
 // The same rule for dense and DGC (docs/results.md, "Accuracy as workers are added").
 enum class LrScaling : uint8_t { kNone, kSqrt, kLinear };
+inline constexpr EnumNames<LrScaling, 3> kLrScalingNames = {
+    {{LrScaling::kSqrt, "sqrt"}, {LrScaling::kLinear, "linear"}, {LrScaling::kNone, "none"}}};
 LrScaling parse_lr_scaling(const std::string& name);  // "none" | "sqrt" | "linear"
 std::string to_string(LrScaling scaling);
 // lr for a global batch of `global_batch` under `scaling` from `lr` at `reference_batch`

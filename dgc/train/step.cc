@@ -114,7 +114,6 @@ DistributedStep::DistributedStep(
   if (routing_.grouped) numels.push_back(static_cast<int64_t>(dense_numel));
   if (!numels.empty()) {
     CompressionOptions compressor_options = options_.compressor;
-    compressor_options.density = options_.density.after_warmup;
     compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
     compressor_ = std::make_unique<Compressor>(numels, compressor_options);
     tensors_.selections.resize(numels.size());

@@ -4,8 +4,23 @@
 #include <cstdio>
 
 #include "dgc/core/error.h"
+#include "dgc/train/trainer.h"
 
 namespace dgc::train {
+
+TaskDefaults shared_task_defaults() {
+  const TrainOptions o;
+  return {.model = o.model,
+          .epochs = o.epochs,
+          .batch_size = o.batch_size,
+          .lr = o.optimizer.lr.base,
+          .weight_decay = o.optimizer.weight_decay,
+          .clip_norm = o.optimizer.clip_norm,
+          .masking = o.optimizer.compressor.momentum.masking,
+          .selection_scope = o.optimizer.selection_scope,
+          .lr_scaling = o.lr_scaling,
+          .lr_reference_batch = o.lr_reference_batch};
+}
 
 double metric_value(const std::vector<Metric>& metrics, const std::string& name) {
   std::string names;

@@ -4,7 +4,8 @@
 // its model, its loss and its evaluation metrics. The Trainer, the DistributedOptimizer,
 // checkpoints, progress, the summary and the metrics file are shared and never ask which task
 // runs. Adding a task: one file pair in dgc/train/tasks/ implementing Task and TaskWorker, and
-// one line where the command line registers the tasks (dgc/cli/train.cc).
+// one line where the command line registers the tasks (dgc/cli/train_tasks.cc), with the
+// task's defaults (TaskDefaults).
 //
 // Threading: one Task object per process, shared read-only by the worker threads (make_worker
 // is const and thread-safe); one TaskWorker per rank, used by that rank's thread only.
@@ -19,6 +20,7 @@
 #include <torch/types.h>
 
 #include "dgc/comm/communicator.h"
+#include "dgc/train/options.h"
 
 namespace dgc::train {
 
@@ -42,6 +44,29 @@ std::string format_number(const char* pattern, double value);
 // How many of `available` examples a run uses: all of them when `limit` <= 0 (the options'
 // "0 = all"), else at most `limit`.
 int64_t used_count(int64_t available, int64_t limit);
+
+// The settings whose default depends on the task. `dgc train` applies the task's to every one of
+// these settings its command line does not give, and its --help shows them per task (one table);
+// every other setting has the defaults of TrainOptions and OptimizerOptions for every task.
+// shared_task_defaults() are those shared defaults; a task starts from them and changes what it
+// needs (image_task_defaults(), lm_task_defaults(), speech_task_defaults()).
+struct TaskDefaults {
+  std::string model;          // TrainOptions::model
+  int epochs = 0;             // TrainOptions::epochs
+  int64_t batch_size = 0;     // TrainOptions::batch_size
+  double lr = 0.0;            // OptimizerOptions::lr.base
+  double weight_decay = 0.0;  // OptimizerOptions::weight_decay
+  double clip_norm = 0.0;     // OptimizerOptions::clip_norm
+  bool masking = false;       // OptimizerOptions::compressor.momentum.masking
+  // OptimizerOptions::selection_scope of a DGC run (a dense run selects nothing).
+  SelectionScope selection_scope = SelectionScope::kTensor;
+  // TrainOptions::lr_scaling and lr_reference_batch: how the rate follows the global batch.
+  LrScaling lr_scaling = LrScaling::kNone;
+  int64_t lr_reference_batch = 0;
+};
+
+// The defaults of TrainOptions{} and its OptimizerOptions, as TaskDefaults.
+TaskDefaults shared_task_defaults();
 
 // The loss of one training batch on this rank.
 struct BatchLoss {

@@ -45,7 +45,6 @@ class StepTest : public ::testing::TestWithParam<
 TEST_P(StepTest, EqualsReferenceStep) {
   const auto [n, density, nesterov, masking, clipping, method] = GetParam();
   CompressionOptions options;
-  options.density = density;
   options.momentum.nesterov = nesterov;
   options.momentum.masking = masking;
   options.selection.method = method;
@@ -109,7 +108,6 @@ TEST(DensityOne, ReproducesMomentumSgdBitForBit) {
   const float lr = 0.05f, m = 0.9f;
   for (bool nesterov : {false, true}) {
     CompressionOptions options;
-    options.density = 1.0;
     options.momentum.nesterov = nesterov;
     options.momentum.masking = false;  // masking at density 1 would reset the momentum
     Compressor compressor({static_cast<int64_t>(n)}, options);
@@ -143,7 +141,6 @@ TEST(DensityOne, NesterovMatchesPyTorchFormWithinRounding) {
   const size_t n = 2000;
   const float lr = 0.05f, m = 0.9f;
   CompressionOptions options;
-  options.density = 1.0;
   options.momentum.nesterov = true;
   options.momentum.masking = false;
   Compressor compressor({static_cast<int64_t>(n)}, options);
@@ -183,7 +180,7 @@ class NothingLostTest : public ::testing::TestWithParam<ValueType> {};
 TEST_P(NothingLostTest, SentPlusResidualEqualsAccumulatedVelocity) {
   const size_t n = 20000;
   CompressionOptions options;
-  options.density = 0.01;
+  const double density = 0.01;
   options.value_type = GetParam();
   options.momentum.masking = false;
   Compressor compressor({static_cast<int64_t>(n)}, options);
@@ -194,7 +191,7 @@ TEST_P(NothingLostTest, SentPlusResidualEqualsAccumulatedVelocity) {
     // Some large values so that fp16 saturates now and then.
     std::vector<float> g = test::normal_values(n, 300 + step);
     g[step * 7] = 2e4f;
-    compressor.step(0, g, options.density, s);
+    compressor.step(0, g, density, s);
     const auto u = compressor.momentum(0);
     for (size_t i = 0; i < n; ++i) accumulated[i] += u[i];
     for (size_t j = 0; j < s.indices.size(); ++j) {
@@ -222,10 +219,10 @@ INSTANTIATE_TEST_SUITE_P(ValueTypes, NothingLostTest,
 TEST(Step, ReturnToVelocityRestoresTheUnappliedPart) {
   const size_t n = 5000;
   CompressionOptions options;
-  options.density = 0.02;
+  const double density = 0.02;
   Compressor compressor({static_cast<int64_t>(n)}, options);
   Selection s;
-  compressor.step(0, test::normal_values(n, 11), options.density, s);
+  compressor.step(0, test::normal_values(n, 11), density, s);
   const std::vector<float> masked(compressor.velocity(0).begin(), compressor.velocity(0).end());
   ASSERT_GT(s.indices.size(), 10u);
   Selection unapplied;  // every other selected element was not applied
@@ -250,7 +247,6 @@ TEST(Step, ReturnToVelocityRestoresTheUnappliedPart) {
 
 TEST(Step, SixteenBitResidualKeepsTheRoundingError) {
   CompressionOptions options;
-  options.density = 1.0;
   options.value_type = ValueType::kFloat16;
   options.momentum.factor = 0.0;
   Compressor compressor({3}, options);
@@ -274,7 +270,6 @@ TEST(Step, ResultsDoNotDependOnThreads) {
     std::vector<std::vector<float>> velocities;
     for (int threads : {1, 2, 3, 8}) {
       CompressionOptions options;
-      options.density = 0.001;
       options.threads = threads;
       options.min_numel_per_thread = 1000;
       options.selection.method = method;
@@ -336,7 +331,6 @@ TEST(Step, NonFiniteGradientThrowsAndLeavesFiniteState) {
 
 TEST(Step, CheckpointRestoreContinuesIdentically) {
   CompressionOptions options;
-  options.density = 0.01;
   options.seed = 99;
   Compressor a({50000}, options);
   Selection s;
@@ -442,7 +436,6 @@ class StagedStep : public ::testing::TestWithParam<std::tuple<SelectionMethod, b
 TEST_P(StagedStep, CommitEqualsStepAndDiscardLeavesNoTrace) {
   const auto [method, nesterov, threads] = GetParam();
   CompressionOptions options;
-  options.density = 0.01;
   options.momentum.nesterov = nesterov;
   options.selection.method = method;
   options.threads = threads;

@@ -327,7 +327,6 @@ TEST_P(ExchangeTest, SelectedEqualsAppliedPlusReturnedPerRank) {
     Exchange exchange(comm, layout, options_for(c));
     CompressionOptions compression;
     compression.momentum.factor = 0.0;
-    compression.density = 0.02;
     compression.seed = 17 + static_cast<uint64_t>(r);
     Compressor compressor({static_cast<int64_t>(numel)}, compression);
     std::vector<double> gradient_sum(numel, 0.0), applied(numel, 0.0), updates_seen(numel, 0.0);
@@ -343,7 +342,7 @@ TEST_P(ExchangeTest, SelectedEqualsAppliedPlusReturnedPerRank) {
         g[i] = normal(rng) + (i < 100 ? 3.0f : 0.0f);
         gradient_sum[i] += g[i];
       }
-      compressor.step(0, g, compression.density, selections[0]);
+      compressor.step(0, g, /*density=*/0.02, selections[0]);
       ASSERT_EQ(exchange.run(it, selections, test::spans(updates), no_dense, true, unapplied), 0);
       compressor.return_to_velocity(0, unapplied[0]);
       for (size_t j = 0; j < selections[0].indices.size(); ++j) {

@@ -125,6 +125,16 @@ std::unique_ptr<TaskWorker> ImageTask::make_worker(const TrainOptions& options, 
   return std::make_unique<ImageWorker>(*this, options, rank, world_size);
 }
 
+// The image task's lr 0.1 was tuned at 4 workers x 32: a run with more (or fewer) workers keeps
+// its batch per worker and sqrt-scales the rate from that global batch of 128 (docs/results.md,
+// "Accuracy as workers are added").
+TaskDefaults image_task_defaults() {
+  TaskDefaults defaults = shared_task_defaults();
+  defaults.lr_scaling = LrScaling::kSqrt;
+  defaults.lr_reference_batch = 128;
+  return defaults;
+}
+
 std::unique_ptr<ImageTask> load_image_task(const std::string& directory) {
   return std::make_unique<ImageTask>(load_fashion_mnist(directory, Split::kTrain),
                                      load_fashion_mnist(directory, Split::kTest));

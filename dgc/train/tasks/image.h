@@ -30,6 +30,9 @@ class ImageTask : public Task {
   ImageSet test_set_;
 };
 
+// The image task's defaults: the shared ones (TaskDefaults), its model the default CNN.
+TaskDefaults image_task_defaults();
+
 // Loads the training and test sets of Fashion-MNIST from `directory` (see load_fashion_mnist).
 std::unique_ptr<ImageTask> load_image_task(const std::string& directory);
 

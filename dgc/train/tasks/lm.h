@@ -51,8 +51,8 @@ struct LmOptions {
   double dropout = 0.2;         // probability of zeroing an activation (training only)
 };
 
-// Defaults of the shared options that differ for the lm task (the command line applies them
-// unless the flag is given), with the paper's gradient clipping for RNNs on. lr 5 with momentum
+// The lm task's defaults (TaskDefaults): the model lstm, and the shared options that differ for
+// it, with the paper's gradient clipping for RNNs on. lr 5 with momentum
 // 0.9: on 4,000 verses, 3 epochs, 4 workers, dense reached test perplexity 108 at lr 5 against
 // 259 at lr 1 (batch 10), and 149 at lr 10 against 185 at lr 5 (batch 20).
 // Momentum factor masking is off: zeroing u where v was sent throws away the momentum's future
@@ -65,14 +65,7 @@ struct LmOptions {
 // schedule (30 epochs, 4 workers, seeds 1-3) test perplexity 38.85 / 38.52 / 38.98 against
 // 39.01 / 39.16 / 39.34 per tensor (dense 37.87 / 38.34 / 38.18: +1.7% on average against
 // +2.7%), at 697x after warm-up against 663x. --selection-scope tensor is the paper's.
-struct LmTrainDefaults {
-  static constexpr double kLr = 5.0;
-  static constexpr double kClipNorm = 0.25;
-  static constexpr double kWeightDecay = 0.0;
-  static constexpr int64_t kBatchSize = 10;
-  static constexpr bool kMasking = false;
-  static constexpr SelectionScope kSelectionScope = SelectionScope::kGlobal;
-};
+TaskDefaults lm_task_defaults();
 
 // One LSTM layer over a whole sequence [T, B, in] -> [T, B, H].
 class LstmLayer : public torch::nn::Module {

@@ -258,6 +258,18 @@ std::unique_ptr<TaskWorker> SpeechTask::make_worker(const TrainOptions& options,
   return std::make_unique<SpeechWorker>(*this, options, rank, world_size);
 }
 
+TaskDefaults speech_task_defaults() {
+  const TaskDefaults shared = shared_task_defaults();
+  return {.model = "gru",
+          .epochs = 10,
+          .batch_size = 4,
+          .lr = 0.25,
+          .weight_decay = 0.0,
+          .clip_norm = 1.0,
+          .masking = shared.masking,
+          .selection_scope = shared.selection_scope};
+}
+
 std::unique_ptr<SpeechTask> load_speech_task(SpeechOptions options, bool progress) {
   if (progress && !options.corpus.progress) {
     const bool terminal = isatty(fileno(stderr)) != 0;

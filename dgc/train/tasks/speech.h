@@ -48,15 +48,9 @@ struct SpeechOptions {
   int64_t stack = 3;     // frames stacked into one step (and the stride)
 };
 
-// Defaults of the shared options that differ for the speech task (the command line applies them
-// unless the flag is given), with the paper's gradient clipping for RNNs on.
-struct SpeechTrainDefaults {
-  static constexpr double kLr = 0.25;
-  static constexpr double kClipNorm = 1.0;
-  static constexpr double kWeightDecay = 0.0;
-  static constexpr int64_t kBatchSize = 4;
-  static constexpr int kEpochs = 10;
-};
+// The speech task's defaults (TaskDefaults): the model gru, and the shared options that differ
+// for it, with the paper's gradient clipping for RNNs on.
+TaskDefaults speech_task_defaults();
 
 class GruCtcModel : public torch::nn::Module {
  public:

@@ -1,3 +1,6 @@
+// The speech corpus on disk (speech_corpus.h): generation with espeak-ng into a temporary
+// directory, the cache, and reading a cached corpus back with its checks. The utterances are
+// drawn in speech_utterances.cc, the audio and features computed in speech_audio.cc.
 #include "dgc/train/tasks/speech_corpus.h"
 
 #include <fcntl.h>
@@ -21,6 +24,7 @@
 #include "dgc/core/crc32.h"
 #include "dgc/core/error.h"
 #include "dgc/train/tasks/kjv.h"
+#include "dgc/train/tasks/speech_corpus_internal.h"
 
 extern char** environ;
 
@@ -28,35 +32,6 @@ namespace dgc::train::speech {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kInstall =
-    "install the Debian package espeak-ng (scripts/setup.sh does: apt-get install espeak-ng)";
-constexpr const char* kDigitWords[] = {"zero", "one", "two",   "three", "four",
-                                       "five", "six", "seven", "eight", "nine"};
-
-// splitmix64: a small generator whose output is the same on every platform (the standard
-// library's distributions are not).
-struct Stream {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [low, high]; the modulo bias is below 1e-17 for these ranges.
-  int64_t between(int64_t low, int64_t high) {
-    return low + static_cast<int64_t>(next() % static_cast<uint64_t>(high - low + 1));
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-};
-
-Stream utterance_stream(uint64_t seed, Split split, int64_t index) {
-  Stream s{seed ^ (0xD6E8FEB86659FD93ull * (static_cast<uint64_t>(split) + 1))};
-  s.state ^= 0xA0761D6478BD642Full * static_cast<uint64_t>(index + 1);
-  s.next();
-  return s;
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -357,191 +332,6 @@ Corpus read_corpus(const CorpusOptions& options, const fs::path& dir) {
 }
 
 }  // namespace
-
-char symbol_char(int32_t symbol) {
-  DGC_CHECK(symbol >= 0 && symbol < kSymbols, "symbol out of range: ", symbol);
-  if (symbol == kBlank) return '_';
-  if (symbol <= 26) return static_cast<char>('a' + symbol - 1);
-  return static_cast<char>('0' + symbol - 27);
-}
-
-int32_t symbol_of(char c) {
-  if (c >= 'a' && c <= 'z') return 1 + (c - 'a');
-  if (c >= '0' && c <= '9') return 27 + (c - '0');
-  throw InvalidArgument(detail::concat("no symbol for '", c, "': expected a-z or 0-9"));
-}
-
-std::string spoken_word(int32_t symbol) {
-  DGC_CHECK(symbol >= 1 && symbol < kSymbols, "symbol out of range: ", symbol);
-  if (symbol <= 26) return std::string(1, symbol_char(symbol));
-  return kDigitWords[symbol - 27];
-}
-
-const char* to_string(Split split) { return split == Split::kTrain ? "train" : "test"; }
-
-Utterance make_utterance(uint64_t seed, Split split, int64_t index) {
-  Stream s = utterance_stream(seed, split, index);
-  Utterance u;
-  u.split = split;
-  u.index = index;
-  const int64_t length = s.between(3, 8);
-  for (int64_t i = 0; i < length; ++i) u.tokens.push_back(static_cast<int32_t>(s.between(1, 36)));
-  constexpr auto accents = std::size(kAccents);
-  u.accent = kAccents[s.between(0, accents - 1)];
-  if (split == Split::kTrain) {
-    u.variant = kTrainVariants[s.between(0, std::size(kTrainVariants) - 1)];
-  } else {
-    u.variant = kTestVariants[s.between(0, std::size(kTestVariants) - 1)];
-  }
-  u.speed = static_cast<int>(s.between(130, 240));
-  u.pitch = static_cast<int>(s.between(25, 75));
-  u.amplitude = static_cast<int>(s.between(70, 130));
-  u.word_gap = static_cast<int>(s.between(0, 4));
-  return u;
-}
-
-std::string ssml_text(const std::vector<int32_t>& tokens) {
-  std::string text = "<speak>";
-  size_t i = 0;
-  while (i < tokens.size()) {
-    if (i > 0) text += ' ';
-    if (tokens[i] <= 26) {
-      text += "<say-as interpret-as=\"characters\">";
-      while (i < tokens.size() && tokens[i] <= 26) text += symbol_char(tokens[i++]);
-      text += "</say-as>";
-    } else {
-      text += spoken_word(tokens[i++]);
-    }
-  }
-  return text + "</speak>";
-}
-
-std::string transcript(const std::vector<int32_t>& tokens) {
-  std::string out;
-  for (const int32_t t : tokens) out += symbol_char(t);
-  return out;
-}
-
-std::vector<float> parse_wav(const std::string& bytes, const std::string& what) {
-  const auto bad = [&](const std::string& why) {
-    return DataError("espeak-ng's output " + what + " is not a 16-bit mono " +
-                     std::to_string(kSampleRate) + " Hz WAV file (" + why + "): " + kInstall);
-  };
-  const auto u32 = [&](size_t at) {
-    uint32_t v = 0;
-    for (int k = 3; k >= 0; --k) v = (v << 8) | static_cast<uint8_t>(bytes[at + k]);
-    return v;
-  };
-  const auto u16 = [&](size_t at) {
-    return static_cast<uint16_t>(static_cast<uint8_t>(bytes[at]) |
-                                 (static_cast<uint8_t>(bytes[at + 1]) << 8));
-  };
-  if (bytes.size() < 12 || bytes.compare(0, 4, "RIFF") != 0 || bytes.compare(8, 4, "WAVE") != 0) {
-    throw bad("no RIFF/WAVE header");
-  }
-  bool format_seen = false;
-  size_t at = 12;
-  while (at + 8 <= bytes.size()) {
-    const std::string id = bytes.substr(at, 4);
-    const size_t size = u32(at + 4);
-    const size_t body = at + 8;
-    if (id == "fmt ") {
-      if (size < 16 || body + 16 > bytes.size()) throw bad("short fmt chunk");
-      if (u16(body) != 1 || u16(body + 2) != 1 || u32(body + 4) != kSampleRate ||
-          u16(body + 14) != 16) {
-        throw bad("format " + std::to_string(u16(body)) + ", " + std::to_string(u16(body + 2)) +
-                  " channels, " + std::to_string(u32(body + 4)) + " Hz, " +
-                  std::to_string(u16(body + 14)) + " bits");
-      }
-      format_seen = true;
-    } else if (id == "data") {
-      if (!format_seen) throw bad("data before fmt");
-      // A streamed file may carry a placeholder size: take what is there.
-      const size_t n = std::min(size, bytes.size() - body) / 2;
-      std::vector<float> samples(n);
-      for (size_t i = 0; i < n; ++i) {
-        samples[i] = static_cast<float>(static_cast<int16_t>(u16(body + 2 * i))) / 32768.0f;
-      }
-      return samples;
-    }
-    at = body + size + (size & 1);
-  }
-  throw bad("no data chunk");
-}
-
-torch::Tensor power_spectrum(const torch::Tensor& samples) {
-  DGC_CHECK(samples.dim() == 1, "power_spectrum takes a 1-D waveform");
-  if (samples.size(0) < kWindow) return torch::zeros({0, kWindow / 2 + 1});
-  const auto window = torch::hann_window(kWindow, /*periodic=*/true, torch::kFloat32);
-  const auto spectrum = torch::stft(samples.to(torch::kFloat32), kWindow, kHop, kWindow, window,
-                                    /*normalized=*/false, /*onesided=*/true,
-                                    /*return_complex=*/true);  // [bins, frames], no centering
-  return spectrum.abs().pow(2).t().contiguous();
-}
-
-namespace {
-double hz_to_mel(double hz) { return 2595.0 * std::log10(1.0 + hz / 700.0); }
-double mel_to_hz(double mel) { return 700.0 * (std::pow(10.0, mel / 2595.0) - 1.0); }
-}  // namespace
-
-double mel_band_center_hz(int64_t band) {
-  const double low = hz_to_mel(kMelLow);
-  const double high = hz_to_mel(kMelHigh);
-  return mel_to_hz(low + (high - low) * static_cast<double>(band + 1) / (kBands + 1));
-}
-
-torch::Tensor mel_filterbank() {
-  const int64_t bins = kWindow / 2 + 1;
-  auto bank = torch::zeros({kBands, bins}, torch::kFloat32);
-  auto a = bank.accessor<float, 2>();
-  for (int64_t b = 0; b < kBands; ++b) {
-    const double left = b == 0 ? kMelLow : mel_band_center_hz(b - 1);
-    const double center = mel_band_center_hz(b);
-    const double right = b + 1 == kBands ? kMelHigh : mel_band_center_hz(b + 1);
-    for (int64_t k = 0; k < bins; ++k) {
-      const double hz = static_cast<double>(k) * kSampleRate / kWindow;
-      double w = 0.0;
-      if (hz > left && hz <= center) w = (hz - left) / (center - left);
-      if (hz > center && hz < right) w = (right - hz) / (right - center);
-      a[b][k] = static_cast<float>(w);
-    }
-  }
-  return bank;
-}
-
-torch::Tensor log_mel(const torch::Tensor& samples) {
-  static const torch::Tensor bank = mel_filterbank();
-  return torch::log(torch::mm(power_spectrum(samples), bank.t()) + 1e-6);
-}
-
-torch::Tensor normalise(const torch::Tensor& features) {
-  if (features.size(0) == 0) return features;
-  const auto mean = features.mean(0, /*keepdim=*/true);
-  const auto std = features.std(0, /*unbiased=*/false, /*keepdim=*/true);
-  return ((features - mean) / (std + 1e-5)).contiguous();
-}
-
-torch::Tensor log_mel_features(const torch::Tensor& samples) { return normalise(log_mel(samples)); }
-
-torch::Tensor add_noise(const torch::Tensor& samples, double snr_db, uint64_t seed) {
-  auto out = samples.to(torch::kFloat32).contiguous().clone();
-  float* x = out.data_ptr<float>();
-  const int64_t n = out.numel();
-  double power = 0.0;
-  for (int64_t i = 0; i < n; ++i) power += static_cast<double>(x[i]) * x[i];
-  power = n > 0 ? power / static_cast<double>(n) : 0.0;
-  const double sigma = std::sqrt(power / std::pow(10.0, snr_db / 10.0));
-  Stream s{seed};
-  for (int64_t i = 0; i < n; i += 2) {
-    // Box-Muller: two normal draws from two uniforms.
-    const double u1 = 1.0 - s.uniform();
-    const double u2 = s.uniform();
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    x[i] += static_cast<float>(sigma * r * std::cos(2.0 * M_PI * u2));
-    if (i + 1 < n) x[i + 1] += static_cast<float>(sigma * r * std::sin(2.0 * M_PI * u2));
-  }
-  return out;
-}
 
 std::string corpus_dir(const CorpusOptions& options) {
   const std::string root = options.cache_dir.empty() ? kjv::default_cache_dir() : options.cache_dir;

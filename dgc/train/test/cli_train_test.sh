@@ -15,10 +15,16 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 for flag in --density --warmup-epochs --warmup-stages --momentum --nesterov --weight-decay \
   --clip-norm --lr --lr-warmup-epochs --batch-size --workers --backend --compression --epochs \
   --seed --checkpoint --checkpoint-every --checkpoint-keep --resume --resume-step --metrics \
-  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips --lr-in-velocity \
+  --model --data --min-compress-numel --on-nonfinite --max-consecutive-skips --set \
   --selection-scope; do
   grep -q -- "$flag" "$work/help" || fail "--help does not list $flag"
 done
+# The experiment settings behind --set, and the defaults of each task from the tasks' table.
+for key in lr_in_velocity= clip_scaling= dense_path= lr_decay= lr_step_epochs= lr_step_gamma=; do
+  grep -q -- "$key" "$work/help" || fail "--help does not list --set $key"
+done
+grep -q -- "default: 32 (image), 10 (lm), 4 (speech)" "$work/help" || fail "--batch-size defaults per task"
+grep -q -- "default: on (image, speech), off (lm)" "$work/help" || fail "--masking defaults per task"
 
 small=(--workers 2 --train-examples 1024 --test-examples 200 --batch-size 16 --density 0.01
        --progress lines)
@@ -148,11 +154,29 @@ if "$dgc" train "${small[@]}" --on-nonfinite skip --max-consecutive-skips 0 >"$w
 fi
 grep -q -- "--max-consecutive-skips" "$work/bad" || fail "$(cat "$work/bad")"
 
-# The learning rate inside the velocity is DGC's: refused on a dense run.
-if "$dgc" train "${small[@]}" --compression none --lr-in-velocity >"$work/bad" 2>&1; then
-  fail "--lr-in-velocity with --compression none accepted"
+# The learning rate inside the velocity is DGC's: refused on a dense run, also when given by its
+# deprecated flag.
+for setting in "--set lr_in_velocity=1" --lr-in-velocity; do
+  # shellcheck disable=SC2086  # --set and its value are two words
+  if "$dgc" train "${small[@]}" --compression none $setting >"$work/bad" 2>&1; then
+    fail "$setting with --compression none accepted"
+  fi
+  grep -q -- "--set lr_in_velocity changes how DGC accumulates" "$work/bad" || fail "$(cat "$work/bad")"
+done
+# An unknown --set key names the known ones; a key beside its flag is refused.
+if "$dgc" train "${small[@]}" --set lr_in_velocty=1 >"$work/bad" 2>&1; then
+  fail "an unknown --set key accepted"
 fi
-grep -q -- "--lr-in-velocity changes how DGC accumulates" "$work/bad" || fail "$(cat "$work/bad")"
+grep -q -- "unknown --set key 'lr_in_velocty': the known keys are lr_in_velocity, clip_scaling" \
+  "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" train "${small[@]}" --set dense_path=fp16 --dense-path exact >"$work/bad" 2>&1; then
+  fail "--set dense_path beside --dense-path accepted"
+fi
+grep -q -- "--set dense_path and --dense-path set the same thing" "$work/bad" || fail "$(cat "$work/bad")"
+if "$dgc" train "${small[@]}" --set lr_decay=step >"$work/bad" 2>&1; then
+  fail "--set lr_decay=step without milestones accepted"
+fi
+grep -q -- "add --set lr_step_epochs" "$work/bad" || fail "$(cat "$work/bad")"
 
 # Global selection: one threshold over every tensor, said at start-up, the whole run's bytes in
 # the group's part; refused on a dense run and beside the flags of the dense path it replaces.
@@ -208,13 +232,13 @@ for key in epoch train_loss validation_perplexity test_perplexity message_bytes 
 done
 grep -q "tokens/s" "$work/lm" || fail "lm progress shows no tokens/s: $(cat "$work/lm")"
 grep -q "clip norm 0.25" "$work/lm" || fail "lm does not clip by default: $(head -5 "$work/lm")"
-# lm turns momentum factor masking off by default (LmTrainDefaults); --masking turns it on.
+# lm turns momentum factor masking off by default (lm_task_defaults); --masking turns it on.
 grep -q "momentum factor masking off" "$work/lm" || fail "lm masks by default: $(head -5 "$work/lm")"
 "$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 1 --masking --progress lines >"$work/lm_masking" ||
   fail "lm training with --masking failed: $(cat "$work/lm_masking")"
 grep -q "momentum factor masking on" "$work/lm_masking" || fail "--masking ignored: $(head -5 "$work/lm_masking")"
 grep -q "^result: test perplexity [0-9.]* after 2 epochs" "$work/lm" || fail "$(cat "$work/lm")"
-# lm selects over the whole model by default (LmTrainDefaults); --selection-scope tensor is the
+# lm selects over the whole model by default (lm_task_defaults); --selection-scope tensor is the
 # paper's, with its dense path; the dense path's flags without it name the default.
 grep -q "selection global: one threshold over all" "$work/lm" || fail "lm selects per tensor: $(head -5 "$work/lm")"
 "$dgc" train "${lm[@]}" --cache-dir "$work/cache" --epochs 1 --selection-scope tensor \
