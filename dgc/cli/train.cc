@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -63,6 +64,7 @@ struct TrainCommand {
   std::string on_nonfinite = train::to_string(train::OptimizerOptions{}.on_nonfinite);
   std::string lr_decay = "cosine";
   std::string metrics;
+  std::string resume;  // --resume [auto]: "" for the plain flag
   std::string progress = "auto";
   double timeout_seconds = 60.0;
   std::string job_secret_file;
@@ -168,6 +170,7 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
 }
 
 void run(const TrainCommand& cmd, const CLI::App& sub) {
+  const auto command_start = std::chrono::steady_clock::now();
   const bool workers_given = sub.count("--workers") > 0;
   check_task_flags(cmd, sub);
   train::TrainOptions options = cmd.options;
@@ -235,7 +238,22 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
   opt.timeout = comm::Timeout(static_cast<int64_t>(cmd.timeout_seconds * 1000));
+  if (sub.count("--resume") > 0) {
+    if (cmd.resume != "" && cmd.resume != "auto") {
+      throw InvalidArgument("--resume takes no value or 'auto', not '" + cmd.resume + "'");
+    }
+    if (cmd.resume == "auto" && sub.count("--resume-step") > 0) {
+      throw InvalidArgument("--resume auto picks the step itself: drop --resume-step");
+    }
+    options.resume_auto = cmd.resume == "auto";
+    options.resume = !options.resume_auto;
+  }
   if (sub.count("--resume-step") > 0) options.resume = true;
+  if (options.resume_auto && options.checkpoint.empty()) {
+    throw InvalidArgument(
+        "--resume auto needs --checkpoint PATH (where the run writes and finds "
+        "its checkpoints)");
+  }
   if (options.resume && options.checkpoint.empty()) {
     throw InvalidArgument("--resume needs --checkpoint PATH (the prefix the run wrote)");
   }
@@ -279,11 +297,12 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
   std::unique_ptr<std::ofstream> metrics_file;
 
   auto run_rank = [&](comm::Communicator& comm) {
+    const auto connected = std::chrono::steady_clock::now();
     train::TrainCallbacks callbacks;
     if (comm.rank() == 0) {
       if (!cmd.metrics.empty()) {
         metrics_file = std::make_unique<std::ofstream>(
-            cmd.metrics, options.resume ? std::ios::app : std::ios::trunc);
+            cmd.metrics, options.resume || options.resume_auto ? std::ios::app : std::ios::trunc);
         if (!*metrics_file) throw DataError("cannot open --metrics file " + cmd.metrics);
       }
       callbacks.on_start = [&](const train::RunInfo& info) {
@@ -344,6 +363,10 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
                         ? "messages and rendezvous values authenticated (HMAC-SHA256, job secret)"
                         : "messages not authenticated (no job secret: set DGC_JOB_SECRET or "
                           "--job-secret-file)");
+        if (options.resume_auto && info.resumed_from.empty()) {
+          std::printf("  no checkpoint under %s yet: a new run (--resume auto)\n",
+                      options.checkpoint.c_str());
+        }
         if (!info.resumed_from.empty()) {
           const int64_t inside = info.start_iteration -
                                  static_cast<int64_t>(info.start_epoch) * info.iterations_per_epoch;
@@ -358,6 +381,15 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
             std::printf("  resumed from %s: step %lld, after epoch %d\n", info.resumed_from.c_str(),
                         static_cast<long long>(info.start_iteration), info.start_epoch);
           }
+          // Where a restart's time goes (docs/reliability.md, "Restarts under torchrun").
+          const auto seconds = [](auto a, auto b) {
+            return std::chrono::duration<double>(b - a).count();
+          };
+          std::printf(
+              "  training again %.2f s after the command started: connect %.2f s, "
+              "checkpoint %.2f s\n",
+              seconds(command_start, std::chrono::steady_clock::now()),
+              seconds(command_start, connected), info.resume_seconds);
         }
         std::fflush(stdout);
       };
@@ -676,9 +708,13 @@ void add_train(CLI::App& app) {
                   "deleted once every rank has written a newer one")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub->add_flag("--resume", o.resume,
-                "Continue from the newest checkpoint every rank has at --checkpoint (refused, "
-                "naming the previous good step, when it cannot be read)");
+  sub->add_option("--resume", cmd->resume,
+                  "Continue from the newest checkpoint every rank has at --checkpoint (refused, "
+                  "naming the previous good step, when it cannot be read). --resume auto: start "
+                  "fresh when no rank has a checkpoint, else continue from the newest complete "
+                  "set, at another number of workers too (the same command for the first "
+                  "attempt and every restart)")
+      ->expected(0, 1);
   sub->add_option("--resume-step", o.resume_step,
                   "Continue from the checkpoint of step S (implies --resume), e.g. the previous "
                   "good one when the newest is damaged")
