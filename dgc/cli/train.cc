@@ -386,7 +386,7 @@ void run(const TrainCommand& cmd, const CLI::App& sub) {
             return std::chrono::duration<double>(b - a).count();
           };
           std::printf(
-              "  training again %.2f s after the command started: connect %.2f s, "
+              "  training again %.2f s after the command started: data and connect %.2f s, "
               "checkpoint %.2f s\n",
               seconds(command_start, std::chrono::steady_clock::now()),
               seconds(command_start, connected), info.resume_seconds);
