@@ -2,12 +2,12 @@
 # What a link outage costs a training run: `dgc train` over the mobile profile
 # (bench/slow_network.sh: 20 Mbit/s, 10 ms one way per link, 0.05% loss per link), once without
 # an outage and once per outage length D, rank 1's link taken down for D seconds once training is
-# under way (dgc-linkemu --signal-outage, signalled WAIT seconds after the rank processes
-# started). Prints one row per run: the outage, the exit status, the wall time of the run, the
+# under way (dgc-linkemu --signal-outage, signalled WAIT seconds after rank 0 printed its
+# start-up lines, which it does right before its first step). Prints one row per run: the outage, the exit status, the wall time of the run, the
 # time lost against the run without an outage, the final test accuracy, and whether the run
 # continued (timeout longer than the outage) or ended with the timeout error.
 #
-#   bench/outage.sh [--outages "1 10 60"] [--ranks 2] [--timeout 60] [--wait 20] [--dgc PATH]
+#   bench/outage.sh [--outages "1 10 60"] [--ranks 2] [--timeout 60] [--wait 10] [--dgc PATH]
 #                   [--out DIR] [-- extra dgc train flags]
 #
 # Defaults: the mlp on 20,000 examples, 2 epochs, DGC (d = 0.001), 2 ranks; needs what
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 outages="1 10 60"
 ranks=2
 timeout_s=60
-wait_s=20
+wait_s=10
 dgc=build/bin/dgc
 out=runs/outage
 extra=(--model mlp --epochs 2 --train-examples 20000 --test-examples 2000 --threads 1)
@@ -52,10 +52,16 @@ one() {
     --run-timeout 1200 "${emu_args[@]}" -- "${extra[@]}" --timeout "$timeout_s" >"$log" 2>&1 &
   run_pid=$!
   if [ "$d" != 0 ]; then
-    # The ranks (dgc, children of the script), then WAIT seconds of training, then the outage.
-    for _ in $(seq 1200); do
-      [ "$(pgrep -P "$run_pid" -x dgc | wc -l)" -ge "$ranks" ] && break
+    # Rank 0 (a dgc child of the script) prints its start-up lines right before its first step:
+    # then WAIT seconds of training, then the outage.
+    local rank0="" output=""
+    for _ in $(seq 6000); do
       kill -0 "$run_pid" 2>/dev/null || break
+      for pid in $(pgrep -P "$run_pid" -x dgc || true); do
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RANK=0 && rank0=$pid
+      done
+      [ -n "$rank0" ] && output=$(readlink "/proc/$rank0/fd/1" 2>/dev/null || true)
+      [ -n "$output" ] && grep -q "^  job " "$output" 2>/dev/null && break
       sleep 0.1
     done
     sleep "$wait_s"
