@@ -15,6 +15,7 @@
 #   bench/slow_network.sh [--ranks 4] [--profiles "1gbit 100mbit"] [--rates R] [--delay-ms D]
 #                         [--loss P] [--numel N] [--out FILE] [--dgc PATH] [--burst BYTES]
 #                         [--leaf QDISC] [--repeats N] [--dense-repeats N] [--run-timeout S]
+#                         [--linkemu-args "ARGS"]
 #                         [--bench exchange|step|train|command] [-- extra options of the dgc command]
 #
 # Link profiles (--profiles, run in turn; the settings of each link between a rank and the switch):
@@ -40,6 +41,10 @@
 #   --dgc PATH     the dgc program (default build/bin/dgc); dgc-linkemu is taken from beside it
 #   --burst BYTES  tbf bucket (default: 1 ms at the rate, at least 6056 B)
 #   --leaf QDISC   queue under tbf instead of its FIFO, e.g. fq_codel (as on a typical host)
+#   --linkemu-args "ARGS"  more options for dgc-linkemu (links with delay or loss), e.g. outages:
+#                  "--outage vr1:30:10" takes rank 1's link down 30 s after the switch started,
+#                  for 10 s; "--random-outages vr1:2:1" two 1 s outages a minute on average
+#                  (bench/linkemu/linkemu.cc); its outage lines are printed after the run
 #   -- ...         options passed to every `dgc bench exchange` (or `step`, `train`; with command:
 #                  the command), e.g. --exchange direct
 #
@@ -73,6 +78,7 @@ repeats=""
 dense_repeats=""
 run_timeout=""
 leaf=""
+linkemu_args=""
 extra=()
 
 while (($#)); do
@@ -91,6 +97,7 @@ while (($#)); do
     --dense-repeats) dense_repeats="$2"; shift 2 ;;
     --run-timeout) run_timeout="$2"; shift 2 ;;
     --leaf) leaf="$2"; shift 2 ;;
+    --linkemu-args) linkemu_args="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "slow_network: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -245,7 +252,7 @@ stop_linkemu() {
   kill -TERM "$switch_pid" 2>/dev/null || true
   wait "$switch_pid" 2>/dev/null || true
   switch_pid=""
-  grep -h '^{' "$workdir/linkemu.out" | sed 's/^/slow_network: /' || true
+  grep -h '^{\|^linkemu: .* \(down\|up\) at' "$workdir/linkemu.out" | sed 's/^/slow_network: /' || true
 }
 use_switch() {
   local d="$1" l="$2"
@@ -263,7 +270,8 @@ use_switch() {
     ip -n "$(rank_ns "$i")" link set eth0 gso_max_segs 1
     ports+=("vr$i:$d:$l")
   done
-  ip netns exec "$bridge_ns" "$linkemu" "${ports[@]}" >"$workdir/linkemu.out" 2>&1 &
+  # shellcheck disable=SC2086  # --linkemu-args is a list of options
+  ip netns exec "$bridge_ns" "$linkemu" $linkemu_args "${ports[@]}" >"$workdir/linkemu.out" 2>&1 &
   switch_pid=$!
   for _ in $(seq 50); do
     grep -q '^linkemu: ready' "$workdir/linkemu.out" && break
@@ -330,7 +338,9 @@ for link in "${links[@]}"; do
   if [ "$bench" = command ]; then
     args=()
   else
-    args+=(--timeout "$collective_timeout" "${extra[@]}")
+    # A --timeout among the extra options (e.g. to test outages against it) replaces ours.
+    [[ " ${extra[*]} " == *" --timeout "* ]] || args+=(--timeout "$collective_timeout")
+    args+=("${extra[@]}")
   fi
   host_args=()
   [ "$bench" = train ] || host_args=(--hostname)

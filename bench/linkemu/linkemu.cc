@@ -18,8 +18,22 @@
 // survive forwarding; for a per-packet loss model the benchmark limits GSO to one segment
 // (`ip link set dev eth0 gso_max_segs 1`) on the hosts.
 //
+// Outages: a port can go down for a stated time, as a mobile link does when a phone loses its
+// signal: every frame that arrives on it or would leave through it (also one already waiting
+// out its delay) is dropped, then the port is restored. Each outage is one of
+//   --outage IFNAME:START_S:SECONDS            down START_S seconds after "ready", for SECONDS
+//   --random-outages IFNAME:PER_MINUTE:SECONDS outages starting at random (a Poisson process,
+//                                              PER_MINUTE a minute on average, drawn from --seed),
+//                                              each SECONDS long, never overlapping
+//   --signal-outage IFNAME:SECONDS             down for SECONDS each time the process gets SIGUSR1
+//                                              (a script takes the link down when the run is at
+//                                              the point it wants)
+// (each may be given more than once). Each change prints "linkemu: IFNAME down at T s for D s" /
+// "linkemu: IFNAME up at T s" (T: seconds since "ready") on stdout at once.
+//
 // Prints "linkemu: ready ..." on stdout once every port is open; runs until SIGINT or SIGTERM,
-// then prints one JSON line of counters (forwarded, lost, queue_drops, send_errors) and exits 0.
+// then prints one JSON line of counters (forwarded, lost, queue_drops, send_errors, outages,
+// outage_drops) and exits 0.
 // Errors (no such interface, no CAP_NET_RAW) exit 1 with a message saying what to do.
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
@@ -29,6 +43,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -49,13 +64,30 @@ namespace {
 constexpr size_t kVnetHeader = 10;
 
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_outage_signals = 0;
 void on_signal(int) { g_stop = 1; }
+void on_outage_signal(int) { g_outage_signals = g_outage_signals + 1; }
 
 struct Port {
   std::string name;
   double delay_ms = 0.0;
   double loss = 0.0;
   int fd = -1;
+};
+
+// When a port is down: fixed windows, a random process, or on SIGUSR1 (see the file comment).
+struct OutageRule {
+  enum class Kind { kFixed, kRandom, kSignal } kind = Kind::kFixed;
+  std::string port_name;
+  int port = -1;
+  double start_s = 0.0;     // kFixed
+  double per_minute = 0.0;  // kRandom
+  double seconds = 0.0;     // length of each outage
+};
+
+struct Window {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
 };
 
 struct Pending {
@@ -135,6 +167,37 @@ void open_port(Port& port) {
   }
 }
 
+// IFNAME:A:B -> the name and two numbers.
+OutageRule parse_outage(const std::string& option, const std::string& spec, int numbers) {
+  OutageRule rule;
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (size_t colon; (colon = spec.find(':', from)) != std::string::npos; from = colon + 1) {
+    parts.push_back(spec.substr(from, colon - from));
+  }
+  parts.push_back(spec.substr(from));
+  if (static_cast<int>(parts.size()) != numbers + 1 || parts[0].empty()) {
+    fail(option + " '" + spec + "': expected IFNAME" + (numbers == 2 ? ":A:B" : ":SECONDS") +
+         " (see --help)");
+  }
+  rule.port_name = parts[0];
+  rule.seconds = parse_number(parts.back(), option + " seconds", 0.001, 86400.0);
+  if (numbers == 2) {
+    const double first = parse_number(parts[1], option + " " + parts[0], 0.0, 86400.0);
+    if (option == "--outage") {
+      rule.kind = OutageRule::Kind::kFixed;
+      rule.start_s = first;
+    } else {
+      rule.kind = OutageRule::Kind::kRandom;
+      if (!(first > 0.0)) fail(option + " '" + spec + "': the rate must be above 0 a minute");
+      rule.per_minute = first;
+    }
+  } else {
+    rule.kind = OutageRule::Kind::kSignal;
+  }
+  return rule;
+}
+
 uint64_t mac_at(const uint8_t* p) {
   uint64_t mac = 0;
   for (int i = 0; i < 6; ++i) mac = (mac << 8) | p[i];
@@ -147,6 +210,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   double queue_mb = 256.0;
   std::vector<Port> ports;
+  std::vector<OutageRule> rules;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
@@ -154,13 +218,22 @@ int main(int argc, char** argv) {
           "usage: dgc-linkemu [--seed S] [--queue-mb M] PORT...   PORT = IFNAME[:DELAY_MS[:LOSS]]\n"
           "A learning switch between network interfaces: a frame from port A to port B waits\n"
           "DELAY_MS(A) + DELAY_MS(B) and is lost with probability LOSS on each port it crosses.\n"
-          "--queue-mb: frames in flight above this are dropped (default 256). Stops on SIGTERM.\n");
+          "--queue-mb: frames in flight above this are dropped (default 256). Stops on SIGTERM.\n"
+          "Outages (every frame on the port dropped, then restored; each may repeat):\n"
+          "  --outage IFNAME:START_S:SECONDS             down START_S s after ready, SECONDS long\n"
+          "  --random-outages IFNAME:PER_MINUTE:SECONDS  at random, PER_MINUTE a minute on "
+          "average\n"
+          "  --signal-outage IFNAME:SECONDS              down SECONDS on each SIGUSR1\n");
       return 0;
     }
     if (arg == "--seed" && i + 1 < argc) {
       seed = static_cast<uint64_t>(parse_number(argv[++i], "--seed", 0, 1e18));
     } else if (arg == "--queue-mb" && i + 1 < argc) {
       queue_mb = parse_number(argv[++i], "--queue-mb", 1, 65536);
+    } else if ((arg == "--outage" || arg == "--random-outages") && i + 1 < argc) {
+      rules.push_back(parse_outage(arg, argv[++i], 2));
+    } else if (arg == "--signal-outage" && i + 1 < argc) {
+      rules.push_back(parse_outage(arg, argv[++i], 1));
     } else if (!arg.empty() && arg[0] == '-') {
       fail("unknown option '" + arg + "' (see --help)");
     } else {
@@ -168,10 +241,17 @@ int main(int argc, char** argv) {
     }
   }
   if (ports.size() < 2) fail("needs at least two ports (see --help)");
+  for (auto& rule : rules) {
+    for (size_t p = 0; p < ports.size(); ++p) {
+      if (ports[p].name == rule.port_name) rule.port = static_cast<int>(p);
+    }
+    if (rule.port < 0) fail("outage on '" + rule.port_name + "', which is not a port");
+  }
   for (auto& port : ports) open_port(port);
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, on_outage_signal);
   std::printf("linkemu: ready, %zu ports", ports.size());
   for (const auto& port : ports) {
     std::printf(" %s(%gms,%g)", port.name.c_str(), port.delay_ms, port.loss);
@@ -182,6 +262,77 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   const auto lost = [&](double p) { return p > 0.0 && uniform(rng) < p; };
+
+  // Outage windows per port; random ones are drawn one ahead (own generator: the loss draws do
+  // not move them).
+  const int64_t ready_ns = now_ns();
+  const auto to_ns = [](double seconds) { return static_cast<int64_t>(seconds * 1e9); };
+  std::mt19937_64 outage_rng(seed ^ 0x6f75746167650000ull);
+  std::vector<std::vector<Window>> windows(ports.size());
+  std::vector<int64_t> next_random(rules.size(), 0);
+  const auto draw_gap = [&](const OutageRule& rule) {
+    std::exponential_distribution<double> gap(rule.per_minute / 60.0);
+    return to_ns(gap(outage_rng));
+  };
+  for (size_t r = 0; r < rules.size(); ++r) {
+    const auto& rule = rules[r];
+    if (rule.kind == OutageRule::Kind::kFixed) {
+      windows[rule.port].push_back(
+          {ready_ns + to_ns(rule.start_s), ready_ns + to_ns(rule.start_s + rule.seconds)});
+    } else if (rule.kind == OutageRule::Kind::kRandom) {
+      next_random[r] = ready_ns + draw_gap(rule);
+    }
+  }
+  int handled_signals = 0;
+  std::vector<char> down_now(ports.size(), 0);
+  uint64_t outages = 0, outage_drops = 0;
+  const auto down = [&](int port, int64_t t) {
+    for (const auto& w : windows[static_cast<size_t>(port)]) {
+      if (t >= w.start_ns && t < w.end_ns) return true;
+    }
+    return false;
+  };
+  // New windows (random, signalled), and one line per port that went down or came back up.
+  const auto update_outages = [&](int64_t t) {
+    for (size_t r = 0; r < rules.size(); ++r) {
+      const auto& rule = rules[r];
+      while (rule.kind == OutageRule::Kind::kRandom && next_random[r] <= t) {
+        const int64_t end = next_random[r] + to_ns(rule.seconds);
+        windows[rule.port].push_back({next_random[r], end});
+        next_random[r] = end + draw_gap(rule);
+      }
+    }
+    const int signals = g_outage_signals;
+    for (; handled_signals < signals; ++handled_signals) {
+      for (const auto& rule : rules) {
+        if (rule.kind == OutageRule::Kind::kSignal) {
+          windows[rule.port].push_back({t, t + to_ns(rule.seconds)});
+        }
+      }
+    }
+    for (size_t p = 0; p < ports.size(); ++p) {
+      const bool is_down = down(static_cast<int>(p), t);
+      if (is_down == (down_now[p] != 0)) continue;
+      down_now[p] = is_down ? 1 : 0;
+      if (is_down) {
+        ++outages;
+        int64_t end = t;
+        for (const auto& w : windows[p]) {
+          if (t >= w.start_ns && t < w.end_ns) end = std::max(end, w.end_ns);
+        }
+        std::printf("linkemu: %s down at %.3f s for %.3f s\n", ports[p].name.c_str(),
+                    static_cast<double>(t - ready_ns) / 1e9, static_cast<double>(end - t) / 1e9);
+      } else {
+        std::printf("linkemu: %s up at %.3f s\n", ports[p].name.c_str(),
+                    static_cast<double>(t - ready_ns) / 1e9);
+      }
+      std::fflush(stdout);
+    }
+    // Past windows are forgotten.
+    for (auto& list : windows) {
+      std::erase_if(list, [&](const Window& w) { return w.end_ns <= t; });
+    }
+  };
   std::unordered_map<uint64_t, int> learnt;  // MAC -> port
   std::priority_queue<Pending, std::vector<Pending>, std::greater<>> queue;
   const size_t queue_limit = static_cast<size_t>(queue_mb * 1e6);
@@ -194,8 +345,15 @@ int main(int argc, char** argv) {
   while (!g_stop) {
     // Send what is due.
     int64_t now = now_ns();
+    if (!rules.empty()) update_outages(now);
     while (!queue.empty() && queue.top().release_ns <= now) {
       const Pending& due = queue.top();
+      if (down_now[static_cast<size_t>(due.port)]) {
+        ++outage_drops;  // the link it would leave on is down
+        queued_bytes -= due.frame.size();
+        queue.pop();
+        continue;
+      }
       const ssize_t n =
           send(ports[static_cast<size_t>(due.port)].fd, due.frame.data(), due.frame.size(), 0);
       if (n < 0) {
@@ -206,8 +364,9 @@ int main(int argc, char** argv) {
       queued_bytes -= due.frame.size();
       queue.pop();
     }
-    // Wait for input or the next release, at most 50 ms (to notice a stop request).
-    int64_t wait_ns = 50'000'000;
+    // Wait for input or the next release, at most 50 ms (to notice a stop request; with
+    // outages 10 ms, the resolution of their start and end).
+    int64_t wait_ns = rules.empty() ? 50'000'000 : 10'000'000;
     if (!queue.empty())
       wait_ns = std::min(wait_ns, std::max<int64_t>(0, queue.top().release_ns - now));
     const timespec timeout{static_cast<time_t>(wait_ns / 1'000'000'000),
@@ -235,6 +394,10 @@ int main(int argc, char** argv) {
         if (static_cast<size_t>(n) < header + 14) continue;
         const uint8_t* frame = buffer.data() + header;
         const uint64_t destination = mac_at(frame);
+        if (down_now[in]) {
+          ++outage_drops;  // the link it came in on is down
+          continue;
+        }
         learnt[mac_at(frame + 6)] = static_cast<int>(in);
         if (lost(ports[in].loss)) {
           ++dropped_lost;
@@ -245,6 +408,10 @@ int main(int argc, char** argv) {
         for (size_t out = 0; out < ports.size(); ++out) {
           if (out == in) continue;
           if (known != learnt.end() && static_cast<size_t>(known->second) != out) continue;
+          if (down_now[out]) {
+            ++outage_drops;
+            continue;
+          }
           if (lost(ports[out].loss)) {
             ++dropped_lost;
             continue;
@@ -267,8 +434,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "{\"linkemu\":\"stopped\",\"forwarded\":%llu,\"lost\":%llu,\"queue_drops\":%llu,"
-      "\"send_errors\":%llu}\n",
+      "\"send_errors\":%llu,\"outages\":%llu,\"outage_drops\":%llu}\n",
       static_cast<unsigned long long>(forwarded), static_cast<unsigned long long>(dropped_lost),
-      static_cast<unsigned long long>(dropped_queue), static_cast<unsigned long long>(send_errors));
+      static_cast<unsigned long long>(dropped_queue), static_cast<unsigned long long>(send_errors),
+      static_cast<unsigned long long>(outages), static_cast<unsigned long long>(outage_drops));
   return 0;
 }

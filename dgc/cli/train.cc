@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -77,6 +78,7 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
 }
 
 void run(TrainCommand& cmd, const CLI::App& sub) {
+  const auto command_start = std::chrono::steady_clock::now();
   const bool workers_given = sub.count("--workers") > 0;
   train::TrainOptions options = resolve_options(cmd, sub);
   auto& opt = options.optimizer;
@@ -112,11 +114,12 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
   std::unique_ptr<std::ofstream> metrics_file;
 
   auto run_rank = [&](comm::Communicator& comm) {
+    const auto connected = std::chrono::steady_clock::now();
     train::TrainCallbacks callbacks;
     if (comm.rank() == 0) {
       if (!cmd.metrics.empty()) {
         metrics_file = std::make_unique<std::ofstream>(
-            cmd.metrics, options.resume ? std::ios::app : std::ios::trunc);
+            cmd.metrics, options.resume || options.resume_auto ? std::ios::app : std::ios::trunc);
         if (!*metrics_file) throw DataError("cannot open --metrics file " + cmd.metrics);
       }
       callbacks.on_start = [&](const train::RunInfo& info) {
@@ -184,6 +187,10 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
                         ? "messages and rendezvous values authenticated (HMAC-SHA256, job secret)"
                         : "messages not authenticated (no job secret: set DGC_JOB_SECRET or "
                           "--job-secret-file)");
+        if (options.resume_auto && info.resumed_from.empty()) {
+          std::printf("  no checkpoint under %s yet: a new run (--resume auto)\n",
+                      options.checkpoint.c_str());
+        }
         if (!info.resumed_from.empty()) {
           const int64_t inside = info.start_iteration -
                                  static_cast<int64_t>(info.start_epoch) * info.iterations_per_epoch;
@@ -198,6 +205,15 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
             std::printf("  resumed from %s: step %lld, after epoch %d\n", info.resumed_from.c_str(),
                         static_cast<long long>(info.start_iteration), info.start_epoch);
           }
+          // Where a restart's time goes (docs/reliability.md, "Restarts under torchrun").
+          const auto seconds = [](auto a, auto b) {
+            return std::chrono::duration<double>(b - a).count();
+          };
+          std::printf(
+              "  training again %.2f s after the command started: data and connect %.2f s, "
+              "checkpoint %.2f s\n",
+              seconds(command_start, std::chrono::steady_clock::now()),
+              seconds(command_start, connected), info.resume_seconds);
         }
         std::fflush(stdout);
       };

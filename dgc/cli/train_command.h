@@ -48,6 +48,7 @@ struct TrainCommand {
   std::string lr_scaling = name_of(train::kLrScalingNames, train::TrainOptions{}.lr_scaling);
   std::vector<std::string> settings;  // --set KEY=VALUE, in order
   std::string metrics;
+  std::string resume;  // --resume [auto]: "" for the plain flag
   std::string progress = "auto";
   double timeout_seconds = 60.0;
   std::string job_secret_file;

@@ -261,9 +261,13 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "deleted once every rank has written a newer one")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  sub.add_flag("--resume", o.resume,
-               "Continue from the newest checkpoint every rank has at --checkpoint (refused, "
-               "naming the previous good step, when it cannot be read)");
+  sub.add_option("--resume", cmd.resume,
+                 "Continue from the newest checkpoint every rank has at --checkpoint (refused, "
+                 "naming the previous good step, when it cannot be read). --resume auto: start "
+                 "fresh when no rank has a checkpoint, else continue from the newest complete "
+                 "set, at another number of workers too (the same command for the first "
+                 "attempt and every restart)")
+      ->expected(0, 1);
   sub.add_option("--resume-step", o.resume_step,
                  "Continue from the checkpoint of step S (implies --resume), e.g. the previous "
                  "good one when the newest is damaged")

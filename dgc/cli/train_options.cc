@@ -112,7 +112,21 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
   opt.compressor.seed = options.seed;
   DGC_CHECK(cmd.timeout_seconds > 0, "--timeout must be positive");
   opt.timeout = comm::Timeout(static_cast<int64_t>(cmd.timeout_seconds * 1000));
+  if (sub.count("--resume") > 0) {
+    if (cmd.resume != "" && cmd.resume != "auto") {
+      throw InvalidArgument("--resume takes no value or 'auto', not '" + cmd.resume + "'");
+    }
+    if (cmd.resume == "auto" && sub.count("--resume-step") > 0) {
+      throw InvalidArgument("--resume auto picks the step itself: drop --resume-step");
+    }
+    options.resume_auto = cmd.resume == "auto";
+    options.resume = !options.resume_auto;
+  }
   if (sub.count("--resume-step") > 0) options.resume = true;
+  if (options.resume_auto && options.checkpoint.empty()) {
+    throw InvalidArgument(
+        "--resume auto needs --checkpoint PATH (where the run writes and finds its checkpoints)");
+  }
   if (options.resume && options.checkpoint.empty()) {
     throw InvalidArgument("--resume needs --checkpoint PATH (the prefix the run wrote)");
   }

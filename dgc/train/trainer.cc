@@ -12,6 +12,7 @@
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/models.h"
 #include "dgc/train/optimizer.h"
+#include "dgc/train/resume.h"
 #include "dgc/train/trainer_internal.h"
 
 namespace dgc::train {
@@ -86,10 +87,30 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
     }
   }
 
+  // --resume auto: fresh, the ordinary resume, or the set handed over to another world size.
+  const auto resume_start = Clock::now();
+  std::unique_ptr<CheckpointFile> rescaled;
+  int rescaled_from = 0;  // the world size that wrote it
+  if (options_.resume_auto) {
+    DGC_CHECK(!options_.checkpoint.empty(), "--resume auto needs --checkpoint PATH");
+    const auto timeout = options_.optimizer.timeout;
+    const AutoResume found = choose_auto_resume(comm_, options_.checkpoint, timeout);
+    options_.resume = found.kind != AutoResume::Kind::kFresh;
+    options_.resume_step = found.step;
+    if (found.kind == AutoResume::Kind::kNewWorld) {
+      rescaled_from = found.stored_world;
+      CheckpointFile fresh;
+      optimizer_->save(fresh);
+      rescaled = std::make_unique<CheckpointFile>(read_rescaled_checkpoint(
+          comm_, options_.checkpoint, found, fresh, optimizer_->settings(), iterations, timeout,
+          /*lr_follows_world_size=*/options_.lr_scaling != LrScaling::kNone));
+    }
+  }
   if (options_.resume) {
     DGC_CHECK(!options_.checkpoint.empty(), "--resume needs --checkpoint PATH");
     int64_t step = 0;
-    auto file = read_resume_checkpoint(&step);
+    auto file = rescaled ? std::move(*rescaled) : read_resume_checkpoint(&step);
+    if (rescaled) step = read_int(file, "optimizer/iteration");
     optimizer_->load(file);
     const int64_t epochs_done = read_int(file, "train/epochs_done");
     optimizer_->check_agreement();
@@ -109,6 +130,10 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
     start_iteration_ = done;
     start_epoch_ = static_cast<int>(done / iterations);
     resumed_from_ = file.path();
+    if (rescaled) {
+      resumed_from_ += detail::concat(" (written by ", rescaled_from, " workers; handed over to ",
+                                      comm_.size(), ")");
+    }
     if (done % iterations != 0) {
       // Inside an epoch: the epoch's sums so far (read now, so a malformed file stops the start).
       resume_progress_ = std::make_unique<EpochProgress>();
@@ -121,6 +146,7 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
       }
       resume_file_ = std::make_unique<CheckpointFile>(std::move(file));
     }
+    resume_seconds_ = seconds_since(resume_start);
   }
 }
 
@@ -161,6 +187,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     info.start_epoch = start_epoch_;
     info.start_iteration = start_iteration_;
     info.resumed_from = resumed_from_;
+    info.resume_seconds = resume_seconds_;
     info.run_id = to_hex(optimizer.run_id());
     info.authenticated = optimizer.authenticated();
     callbacks.on_start(info);

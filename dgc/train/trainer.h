@@ -70,6 +70,10 @@ struct TrainOptions {
   // that step.
   bool resume = false;
   int64_t resume_step = -1;
+  // `--resume auto` (resume.h): start fresh when no rank has a checkpoint, else resume from the
+  // newest complete set, at another world size too (the set's state handed over). Overrides
+  // resume and resume_step.
+  bool resume_auto = false;
   // Use only the first N training / test examples (0 = all): quick runs and tests. What an
   // example is belongs to the task (an image; a verse of the lm task, whose test_examples limits
   // the validation and the test verses).
@@ -100,6 +104,7 @@ struct RunInfo {
   int start_epoch = 0;                  // > 0 when resumed after the first epoch
   int64_t start_iteration = 0;          // the run's steps done before this call (> 0: resumed)
   std::string resumed_from;             // rank 0's checkpoint file when resumed, else ""
+  double resume_seconds = 0.0;          // choosing, reading and loading the checkpoint (rank 0)
   std::string run_id;                   // the job's run id (hex), from the exchange handshake
   bool authenticated = false;           // exchange messages carry HMAC-SHA256 tags (job secret)
 };
@@ -208,6 +213,7 @@ class Trainer {
   int start_epoch_ = 0;
   int64_t start_iteration_ = 0;
   std::string resumed_from_;
+  double resume_seconds_ = 0.0;
   // Resumed inside an epoch: the file (for the task's state) and the epoch's sums, until run()
   // has restored the epoch from them.
   std::unique_ptr<CheckpointFile> resume_file_;

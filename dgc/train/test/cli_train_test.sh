@@ -154,6 +154,15 @@ if "$dgc" train "${small[@]}" --on-nonfinite skip --max-consecutive-skips 0 >"$w
 fi
 grep -q -- "--max-consecutive-skips" "$work/bad" || fail "$(cat "$work/bad")"
 
+# --resume takes nothing or 'auto'; auto needs --checkpoint and picks the step itself.
+for bad in "--resume later --checkpoint $work/x" "--resume auto" \
+  "--resume auto --resume-step 3 --checkpoint $work/x"; do
+  # shellcheck disable=SC2086  # the flags as words
+  if "$dgc" train "${small[@]}" $bad >"$work/bad" 2>&1; then fail "accepted: $bad"; fi
+  grep -q -- "--resume takes no value or 'auto'\|--resume auto needs --checkpoint\|--resume auto picks the step itself" \
+    "$work/bad" || fail "$bad: $(cat "$work/bad")"
+done
+
 # The learning rate inside the velocity is DGC's: refused on a dense run, also when given by its
 # deprecated flag.
 for setting in "--set lr_in_velocity=1" --lr-in-velocity; do

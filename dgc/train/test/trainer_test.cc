@@ -18,6 +18,7 @@
 #include "dgc/train/data.h"
 #include "dgc/train/models.h"
 #include "dgc/train/optimizer.h"
+#include "dgc/train/resume.h"
 #include "dgc/train/tasks/image.h"
 #include "dgc/train/trainer.h"
 
@@ -362,6 +363,115 @@ TEST_F(RealData, ResumeRejectsACheckpointOfOtherSettingsOrWorldSize) {
     EXPECT_EQ(trainer.start_epoch(), 1);
     EXPECT_TRUE(trainer.run().epochs.empty());
   });
+  fs::remove_all(fs::path(prefix).parent_path());
+}
+
+// --resume auto (resume.h): with no checkpoint every rank starts fresh (and ends where the run
+// without checkpoints ends); with checkpoints it resumes from the newest complete set, also when
+// a rank was lost between two ranks' writes (rank 1's newest step missing), bit for bit.
+TEST_F(RealData, ResumeAutoStartsFreshWithoutCheckpointsAndResumesWithThem) {
+  auto options = resume_options();
+  options.checkpoint_every = 15;
+  options.resume_auto = true;
+  const std::string prefix = temp_prefix("auto");
+  // The first attempt: nothing under the prefix.
+  std::vector<torch::Tensor> uninterrupted;
+  options.checkpoint = prefix;
+  options.checkpoint_keep = 0;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, *task_);
+    EXPECT_EQ(trainer.start_iteration(), 0);
+    trainer.run();
+    if (comm.rank() == 0) uninterrupted = parameters_of(trainer.model());
+  });
+  EXPECT_EQ(checkpoint_steps(prefix, 1),
+            (std::vector<int64_t>{15, 30, 32, 45, 60, 64, 75, 90, 96}));
+
+  // A restart after a loss at step 50 (files after 45 gone) in which rank 1 died before writing
+  // step 45: the newest complete set is step 30.
+  for (int r = 0; r < 2; ++r) {
+    for (const int64_t s : {60, 64, 75, 90, 96}) fs::remove(checkpoint_path(prefix, s, r));
+  }
+  fs::remove(checkpoint_path(prefix, 45, 1));
+  std::vector<torch::Tensor> resumed;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, *task_);
+    EXPECT_EQ(trainer.start_iteration(), 32) << "the newest step both ranks have";
+    trainer.run();
+    if (comm.rank() == 0) resumed = parameters_of(trainer.model());
+  });
+  expect_equal_parameters(resumed, uninterrupted, "--resume auto from step 32");
+
+  // A set rank 0 does not have is an error on every rank, not a fresh start over it.
+  fs::remove_all(fs::path(prefix).parent_path());
+  fs::create_directories(fs::path(prefix).parent_path());
+  std::ofstream(checkpoint_path(prefix, 15, 1)) << "x";
+  try {
+    comm::run_local(2, gloo_options(),
+                    [&](comm::Communicator& comm) { Trainer trainer(comm, options, *task_); });
+    ADD_FAILURE() << "expected a DataError";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint of rank 0"), std::string::npos) << e.what();
+  }
+  fs::remove_all(fs::path(prefix).parent_path());
+}
+
+// An elastic restart: a 3-worker run's checkpoint of step 20 resumed by 2 workers with
+// --resume auto. The 2 continue in the same epoch at the same fraction of it, the average
+// velocity over the ranks is the 3 workers' (nothing dropped), and the run finishes its epochs.
+TEST_F(RealData, ResumeAutoAtAnotherWorldSizeHandsTheStateOver) {
+  auto options = resume_options();
+  options.epochs = 2;
+  options.checkpoint_every = 10;
+  const std::string prefix = temp_prefix("elastic");
+  train_with_checkpoints(options, *task_, 3, prefix, nullptr);
+  // 1024 examples, 3 x 16: 21 full global batches and a split remainder of 16 = 22 iterations.
+  std::vector<double> velocity_sum;  // over the 3 ranks' files of step 20
+  for (int r = 0; r < 3; ++r) {
+    const auto file = CheckpointFile::read(checkpoint_path(prefix, 20, r));
+    for (const auto& [name, record] : file.records()) {
+      if (name.rfind("dgc/velocity/", 0) != 0) continue;
+      std::vector<float> v(record.data.size() / sizeof(float));
+      file.get_floats(name, v);
+      double sum = 0.0;
+      for (const float x : v) sum += x;
+      velocity_sum.push_back(sum);
+    }
+  }
+  ASSERT_FALSE(velocity_sum.empty());
+  double before = 0.0;
+  for (const double s : velocity_sum) before += s;
+  before /= 3.0;
+  for (int r = 0; r < 3; ++r) {
+    for (const int64_t s : checkpoint_steps(prefix, r)) {
+      if (s > 20) fs::remove(checkpoint_path(prefix, s, r));
+    }
+  }
+
+  options.checkpoint = prefix;
+  options.checkpoint_keep = 0;
+  options.resume_auto = true;
+  std::vector<double> after(2, 0.0);
+  std::vector<int64_t> start(2, -1);
+  std::vector<int64_t> end(2, -1);
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    Trainer trainer(comm, options, *task_);
+    start[comm.rank()] = trainer.start_iteration();
+    const Compressor* compressor = trainer.optimizer().compressor();
+    for (size_t t = 0; t < compressor->num_tensors(); ++t) {
+      for (const float x : compressor->velocity(t)) after[comm.rank()] += x;
+    }
+    const auto summary = trainer.run();
+    end[comm.rank()] = trainer.optimizer().iteration();
+    EXPECT_GT(metric_value(summary.evaluation, "test_accuracy"), 0.4) << "chance is 0.10";
+  });
+  // 2 x 16: 32 iterations per epoch; step 20 of 22 in epoch 1 -> floor(20 x 3 / 2) = 30.
+  EXPECT_EQ(start[0], 30);
+  EXPECT_EQ(start[1], 30);
+  EXPECT_EQ(end[0], 64);
+  EXPECT_NEAR((after[0] + after[1]) / 2.0, before, 1e-4 * (1.0 + std::abs(before)))
+      << "the average velocity over the ranks is kept";
+  EXPECT_EQ(checkpoint_steps(prefix, 0).back(), 64);
   fs::remove_all(fs::path(prefix).parent_path());
 }
 
