@@ -59,7 +59,8 @@ if "$dgc" train "${small[@]}" --epochs 2 --lr 0.05 --checkpoint "$work/ckpt" --r
   >"$work/bad" 2>&1; then
   fail "resume with another --lr succeeded"
 fi
-grep -q "setting 'lr' is 0.1 in the checkpoint but 0.05 now" "$work/bad" || fail "$(cat "$work/bad")"
+# (2 workers x 16: the image task's lr sqrt-scaled from 128, 0.1 -> 0.05 and 0.05 -> 0.025)
+grep -q "setting 'lr' is 0.05 in the checkpoint but 0.025 now" "$work/bad" || fail "$(cat "$work/bad")"
 
 # Checkpoints inside epochs: every 10 steps, the newest 3 kept. The uninterrupted run first.
 every=(--epochs 2 --checkpoint-every 10 --checkpoint-keep 3)
