@@ -241,6 +241,8 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_PYBIND11_BUILD_ABI") = PYBIND11_BUILD_ABI;
   m.attr("_PYBIND11_COMPILER_TYPE") = PYBIND11_COMPILER_TYPE;
   m.attr("_PYBIND11_STDLIB") = PYBIND11_STDLIB;
+  // The torch (major.minor) this module was compiled against, compared at import.
+  m.attr("_TORCH_VERSION") = DGC_TORCH_VERSION;
 
   // Exceptions: the dgc::Error family, most derived registered last (tried first).
   static py::exception<dgc::Error> error(m, "DGCError", PyExc_RuntimeError);
