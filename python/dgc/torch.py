@@ -84,23 +84,40 @@ def _check_optimizer(optimizer, params, momentum, weight_decay):
         )
 
 
-def _choose_compressor(compressor, params):
+# Settings the device compressor does not have (python/device_step.h), and what they are set to.
+_CORE_ONLY = {
+    "compression": ("none",),
+    "selection_scope": ("global",),
+    "dense_path": ("fp16", "bf16"),
+    "exchange": ("sparse-allreduce", "auto"),  # auto may resolve to the sparse allreduce
+}
+
+
+def _choose_compressor(compressor, params, settings):
     """ "core" (the C++ core on the host), "device" (libtorch operations on the parameters'
-    device), or "auto": "device" when the parameters are not on the CPU."""
+    device), or "auto": "device" when the parameters are on one device that is not the CPU and
+    the settings are the device compressor's, "core" otherwise."""
     devices = {p.device for _, p in params}
     if compressor not in ("auto", "core", "device"):
         raise InvalidArgument(f"compressor must be 'auto', 'core' or 'device', got {compressor!r}")
     if compressor == "core":
         return "core"
-    if len(devices) != 1:
-        raise InvalidArgument(
-            f"the model's parameters are on {len(devices)} devices ({sorted(map(str, devices))}): "
-            f"the device compressor needs one (DDP with one device per process), or pass "
-            f"compressor='core'"
-        )
     if compressor == "device":
+        if len(devices) != 1:
+            raise InvalidArgument(
+                f"the model's parameters are on {len(devices)} devices ({sorted(map(str, devices))}): "
+                f"the device compressor needs one (DDP with one device per process), or pass "
+                f"compressor='core'"
+            )
         return "device"
-    return "core" if next(iter(devices)).type == "cpu" else "device"
+    if len(devices) != 1 or next(iter(devices)).type == "cpu":
+        return "core"
+    unsupported = [key for key, values in _CORE_ONLY.items() if settings.get(key) in values]
+    if unsupported:
+        _log.info("dgc: %s=%r keeps the compressor on the host (compressor='core')",
+                  unsupported[0], settings[unsupported[0]])
+        return "core"
+    return "device"
 
 
 class DGCState:
@@ -138,8 +155,9 @@ class DGCState:
         "device": the same step written with libtorch operations on the gradients' own device,
         so that only the selected elements (and the small dense-path tensors) reach the host;
         not with compression="none", selection_scope="global", dense_path "fp16"/"bf16" or
-        exchange="sparse-allreduce". "auto" (the default): "device" when the parameters are on
-        a GPU, "core" on the CPU. On CPU tensors both give the same weights.
+        exchange="sparse-allreduce" (or "auto", which may resolve to it). "auto" (the default):
+        "device" when the parameters are on a GPU and the settings allow it, "core" otherwise.
+        On CPU tensors both give the same weights.
 
     Every rank must pass the same settings: the constructor compares them across ranks and raises
     dgc.MismatchError on every rank naming the first difference.
@@ -226,7 +244,12 @@ class DGCState:
         exchange_device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
         names = [n for n, _ in self.params]
         shapes = [list(p.shape) for _, p in self.params]
-        self.compressor = _choose_compressor(compressor, self.params)
+        self.compressor = _choose_compressor(
+            compressor,
+            self.params,
+            dict(compression=compression, selection_scope=selection_scope, dense_path=dense_path,
+                 exchange=exchange),
+        )
         if self.compressor == "device":
             # The gradients, momenta and velocities stay on the parameters' device; only the
             # selections (and the dense-path values) come to the host (dgc/python/device_step.h).

@@ -319,6 +319,13 @@ def nonfinite():
     print(f"rank {rank}: non-finite gradient skipped and stopped")
 
 
+class FakeParameter:
+    """Stands for a parameter on `device` (the compressor choice reads only .device)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
 def device():
     """The device compressor (compressor="device", libtorch operations on the gradients' device)
     gives the weights, the state and the bytes of the core (compressor="core", which copies the
@@ -374,6 +381,15 @@ def device():
         difference = max_difference(weights(resumed), weights(uninterrupted))
         check(difference <= (0.0 if exact else 1e-5), f"{first} -> {second}: resumed run differs by {difference}")
         print(f"rank {rank}: resumed {first} -> {second}: max |difference| = {difference:.3g}")
+
+    # compressor="auto": the device compressor for parameters on a GPU when the settings allow.
+    choose = dgc.torch._choose_compressor
+    on = lambda device: [("w", FakeParameter(device))]
+    check(choose("auto", on("cpu"), {}) == "core", "auto on the CPU")
+    check(choose("auto", on("cuda"), dict(exchange="allgather")) == "device", "auto on a GPU")
+    check(choose("auto", on("cuda"), dict(dense_path="fp16")) == "core", "auto, fp16 dense path")
+    check(choose("auto", on("cuda"), dict(exchange="auto")) == "core", "auto, exchange auto")
+    check(choose("device", on("cpu"), {}) == "device", "device on the CPU")
 
     # Settings the device compressor does not have are refused with the remedy.
     expect_error(dgc.InvalidArgument, "compressor=\"core\"",
