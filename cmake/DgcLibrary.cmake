@@ -14,8 +14,9 @@ function(dgc_add_library)
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 
-# dgc_torch_pch(TARGET [SKIP a.cc ...]), after dgc_train is defined
-# The translation units of TARGET read <torch/torch.h> from one precompiled header, dgc_train's
+# dgc_torch_pch(TARGET [SKIP a.cc ...]), after dgc_train_step is defined
+# The translation units of TARGET read <torch/torch.h> from one precompiled header,
+# dgc_train_step's (the lowest libtorch library: the Python module reuses it without dgc_train)
 # (made once, 40-55 s; trainer.cc alone compiles in 12 s instead of 28 s, and the whole main
 # build took 845 CPU-s instead of 1,000 on 2 cores). SKIP: TARGET's sources that do not include
 # libtorch; loading the 600 MB header would cost them several seconds. GCC uses a precompiled
@@ -27,10 +28,10 @@ function(dgc_torch_pch target)
   if(NOT DGC_PRECOMPILE_TORCH)
     return()
   endif()
-  if(target STREQUAL "dgc_train")
-    target_precompile_headers(dgc_train PRIVATE <torch/torch.h>)
+  if(target STREQUAL "dgc_train_step")
+    target_precompile_headers(dgc_train_step PRIVATE <torch/torch.h>)
   else()
-    target_precompile_headers(${target} REUSE_FROM dgc_train)
+    target_precompile_headers(${target} REUSE_FROM dgc_train_step)
   endif()
   target_compile_options(${target} PRIVATE -fPIC -Winvalid-pch)
   if(ARG_SKIP)

@@ -29,6 +29,8 @@
 #include "dgc/core/error.h"
 #include "dgc/train/optimizer.h"
 #include "dgc/train/step.h"
+#include "python/device_compressor.h"
+#include "python/device_step.h"
 
 namespace py = pybind11;
 
@@ -186,6 +188,75 @@ class Step {
   train::DistributedStep step_;
 };
 
+// A DeviceStep (device_step.h) with the communicator it runs over: the hook's step when the
+// gradients stay on their device. `exchange_device`: where the process group's collectives take
+// their tensors (cuda:<n> for NCCL, cpu otherwise); `device`: where the gradients and the state
+// are.
+class DeviceStepHolder {
+ public:
+  DeviceStepHolder(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                   const std::vector<std::string>& names,
+                   const std::vector<std::vector<int64_t>>& shapes, const OptimizerOptions& options,
+                   const std::string& run_settings, const std::string& exchange_device,
+                   const std::string& device)
+      : comm_(
+            comm::connect_process_group(std::move(group), group_options(options, exchange_device))),
+        step_(*comm_, named_shapes(names, shapes), options, run_settings, c10::Device(device)) {}
+
+  bool run(const std::vector<torch::Tensor>& grads, const std::vector<torch::Tensor>& weights) {
+    py::gil_scoped_release release;
+    return step_.run(grads, weights);
+  }
+
+  DeviceStep& step() { return step_; }
+  comm::Communicator& comm() { return *comm_; }
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  DeviceStep step_;
+};
+
+// One DeviceCompressor step next to the core Compressor's on copies of the same state, for the
+// tests: returns (indices, values, u, v, threshold, rounds, hierarchical) of the device step and
+// the same of the core's.
+py::tuple compare_step(const torch::Tensor& grad, const torch::Tensor& momentum,
+                       const torch::Tensor& velocity, const OptimizerOptions& options,
+                       double density, uint64_t seed) {
+  const int64_t n = grad.numel();
+  CompressionOptions o = options.compressor;
+  o.density = density;
+  o.seed = seed;
+  DeviceCompressor device({n}, o, grad.device());
+  device.momentum(0).copy_(momentum.reshape({-1}));
+  device.velocity(0).copy_(velocity.reshape({-1}));
+  DeviceSelection selected;
+  device.step(0, grad, density, selected);
+
+  Compressor core({n}, o);
+  const torch::Tensor host_grad = host_float(grad, "grad");
+  const torch::Tensor host_u = host_float(momentum, "momentum");
+  const torch::Tensor host_v = host_float(velocity, "velocity");
+  std::copy_n(host_u.data_ptr<float>(), n, core.momentum(0).begin());
+  std::copy_n(host_v.data_ptr<float>(), n, core.velocity(0).begin());
+  Selection reference;
+  core.step(0, span_of(host_grad), density, reference);
+  const auto copy = [](std::span<const float> x) {
+    return torch::from_blob(const_cast<float*>(x.data()), {static_cast<int64_t>(x.size())},
+                            torch::kFloat32)
+        .clone();
+  };
+  std::vector<int64_t> indices(reference.indices.begin(), reference.indices.end());
+  const torch::Tensor core_indices =
+      torch::from_blob(indices.data(), {static_cast<int64_t>(indices.size())}, torch::kInt64)
+          .clone();
+  return py::make_tuple(py::make_tuple(selected.indices.cpu(), selected.values.cpu(),
+                                       device.momentum(0).cpu(), device.velocity(0).cpu(),
+                                       selected.threshold, selected.rounds, selected.hierarchical),
+                        py::make_tuple(core_indices, copy(reference.values), copy(core.momentum(0)),
+                                       copy(core.velocity(0)), reference.threshold,
+                                       reference.rounds, reference.hierarchical));
+}
+
 // A module holding given tensors as its parameters, for the C++ optimizer reference.
 struct TensorModule : torch::nn::Module {
   TensorModule(const std::vector<std::string>& names, const std::vector<torch::Tensor>& weights) {
@@ -235,6 +306,8 @@ PYBIND11_MODULE(_C, m) {
   m.attr("_PYBIND11_BUILD_ABI") = PYBIND11_BUILD_ABI;
   m.attr("_PYBIND11_COMPILER_TYPE") = PYBIND11_COMPILER_TYPE;
   m.attr("_PYBIND11_STDLIB") = PYBIND11_STDLIB;
+  // The torch (major.minor) this module was compiled against, compared at import.
+  m.attr("_TORCH_VERSION") = DGC_TORCH_VERSION;
 
   // Exceptions: the dgc::Error family, most derived registered last (tried first).
   static py::exception<dgc::Error> error(m, "DGCError", PyExc_RuntimeError);
@@ -375,6 +448,129 @@ PYBIND11_MODULE(_C, m) {
       .def_property(
           "rng_state", [](dp::Step& s) { return s.step().rng_state(); },
           [](dp::Step& s, const std::string& t) { s.step().set_rng_state(t); });
+
+  py::class_<dp::DeviceStepHolder>(m, "DeviceStep")
+      .def(py::init<c10::intrusive_ptr<c10d::ProcessGroup>, const std::vector<std::string>&,
+                    const std::vector<std::vector<int64_t>>&, const dgc::train::OptimizerOptions&,
+                    const std::string&, const std::string&, const std::string&>(),
+           py::arg("process_group"), py::arg("names"), py::arg("shapes"), py::arg("options"),
+           py::arg("run_settings"), py::arg("exchange_device"), py::arg("device"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("run", &dp::DeviceStepHolder::run, py::arg("grads"), py::arg("weights"))
+      .def_property(
+          "iteration", [](dp::DeviceStepHolder& s) { return s.step().iteration(); },
+          [](dp::DeviceStepHolder& s, int64_t i) { s.step().set_iteration(i); })
+      .def_property_readonly("density", [](dp::DeviceStepHolder& s) { return s.step().density(); })
+      .def_property_readonly("last_bad_ranks",
+                             [](dp::DeviceStepHolder& s) { return s.step().last_bad_ranks(); })
+      .def_property_readonly("consecutive_skips",
+                             [](dp::DeviceStepHolder& s) { return s.step().consecutive_skips(); })
+      .def(
+          "set_skipped_steps",
+          [](dp::DeviceStepHolder& s, int64_t total, int64_t consecutive) {
+            s.step().set_skipped_steps(total, consecutive);
+          },
+          py::arg("total"), py::arg("consecutive"))
+      .def_property_readonly("skipped_steps",
+                             [](dp::DeviceStepHolder& s) { return s.step().skipped_steps(); })
+      .def_property_readonly("warmup_iterations",
+                             [](dp::DeviceStepHolder& s) { return s.step().warmup_iterations(); })
+      .def_property_readonly("settings",
+                             [](dp::DeviceStepHolder& s) { return s.step().settings(); })
+      .def_property_readonly("rank", [](dp::DeviceStepHolder& s) { return s.comm().rank(); })
+      .def_property_readonly("world_size", [](dp::DeviceStepHolder& s) { return s.comm().size(); })
+      .def_property_readonly("device",
+                             [](dp::DeviceStepHolder& s) { return s.step().device().str(); })
+      .def_property_readonly(
+          "layout",
+          [](dp::DeviceStepHolder& s) {
+            py::list out;
+            for (const auto& spec : s.step().layout()) {
+              out.append(py::make_tuple(
+                  spec.name, spec.path == dgc::TensorPath::kCompressed ? "compressed" : "dense"));
+            }
+            return out;
+          })
+      .def_property_readonly(
+          "last_bytes",
+          [](dp::DeviceStepHolder& s) { return dp::bytes_dict(s.step().last_bytes()); })
+      .def_property_readonly(
+          "total_bytes",
+          [](dp::DeviceStepHolder& s) { return dp::bytes_dict(s.step().total_bytes()); })
+      .def_property_readonly(
+          "post_warmup_bytes",
+          [](dp::DeviceStepHolder& s) { return dp::bytes_dict(s.step().post_warmup_bytes()); })
+      .def("set_bytes",
+           [](dp::DeviceStepHolder& s, const py::dict& total, const py::dict& post_warmup) {
+             s.step().set_bytes(dp::bytes_from(total), dp::bytes_from(post_warmup));
+           })
+      .def_property_readonly("last_timings",
+                             [](dp::DeviceStepHolder& s) {
+                               const auto& t = s.step().last_timings();
+                               py::dict d;
+                               d["compress"] = t[0];
+                               d["exchange"] = t[1];
+                               d["update"] = t[2];
+                               return d;
+                             })
+      .def(
+          "state_buffers",
+          [](dp::DeviceStepHolder& s) {
+            py::dict out;
+            for (const auto& [name, values] : s.step().state_buffers()) {
+              out[py::str(name)] = values.detach().to(torch::kCPU).clone();
+            }
+            return out;
+          },
+          "Copies on the CPU of every float buffer of the state, by name (as Step's).")
+      .def("load_state_buffer",
+           [](dp::DeviceStepHolder& s, const std::string& name, const torch::Tensor& values) {
+             for (auto& [buffer_name, buffer] : s.step().state_buffers()) {
+               if (buffer_name != name) continue;
+               if (values.numel() != buffer.numel()) {
+                 throw dgc::DataError(dgc::detail::concat(
+                     "state buffer '", name, "' has ", values.numel(), " elements, expected ",
+                     buffer.numel(), ": the state dict was written for another model"));
+               }
+               torch::NoGradGuard no_grad;
+               buffer.copy_(values.reshape({-1}));
+               return;
+             }
+             throw dgc::DataError("the state dict has a buffer '" + name +
+                                  "' this model does not have: it was written for another model "
+                                  "or other settings");
+           })
+      .def_property(
+          "rng_state", [](dp::DeviceStepHolder& s) { return s.step().rng_state(); },
+          [](dp::DeviceStepHolder& s, const std::string& t) { s.step().set_rng_state(t); });
+
+  // The device compressor alone, for benchmarks (bench/device_step.py).
+  py::class_<dp::DeviceCompressor>(m, "_DeviceCompressor")
+      .def(py::init([](const std::vector<int64_t>& numels, const dgc::train::OptimizerOptions& o,
+                       double density, const std::string& device) {
+             dgc::CompressionOptions c = o.compressor;
+             c.density = density;
+             return std::make_unique<dp::DeviceCompressor>(numels, c, c10::Device(device));
+           }),
+           py::arg("numels"), py::arg("options"), py::arg("density"), py::arg("device"))
+      .def(
+          "step",
+          [](dp::DeviceCompressor& c, size_t t, const torch::Tensor& grad, double density) {
+            dp::DeviceSelection out;
+            {
+              py::gil_scoped_release release;
+              c.step(t, grad, density, out);
+            }
+            return py::make_tuple(out.indices, out.values);
+          },
+          py::arg("tensor"), py::arg("grad"), py::arg("density"),
+          "One step (momentum correction, selection, masking) of tensor `tensor`: the sorted "
+          "indices and the values to send, on the device.")
+      .def("velocity", [](dp::DeviceCompressor& c, size_t t) { return c.velocity(t); });
+
+  m.def("_compare_device_step", &dp::compare_step, py::arg("grad"), py::arg("momentum"),
+        py::arg("velocity"), py::arg("options"), py::arg("density"), py::arg("seed"),
+        "One step of the device compressor and of the core's on the same state (for tests).");
 
   m.def("_distributed_optimizer_steps", &dp::distributed_optimizer_steps, py::arg("process_group"),
         py::arg("names"), py::arg("weights"), py::arg("grads"), py::arg("options"), py::arg("lr"),

@@ -79,6 +79,11 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
 
 void Exchange::forget_updates() { written_.known = false; }
 
+std::span<const uint64_t> Exchange::last_written(size_t i) const {
+  DGC_CHECK_LT(i, written_.positions.size(), "no such compressed tensor");
+  return written_.positions[i];
+}
+
 int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
                   std::span<const std::span<float>> updates, std::span<float> dense_flat,
                   bool local_ok, std::span<Selection> unapplied) {

@@ -159,6 +159,12 @@ class Exchange {
   // Makes the next run() zero the update buffers in full (not thread-safe with run()).
   void forget_updates();
 
+  // The positions the last run() added into updates[i] (compressed tensor i), in message order:
+  // a position that several ranks selected appears once per rank. Every other position of
+  // updates[i] is 0. Valid until the next run(). A caller that keeps the update elsewhere (the
+  // Python package's device step, on the GPU) copies only these values.
+  std::span<const uint64_t> last_written(size_t i) const;
+
   const ExchangeBytes& last() const { return last_.bytes; }
   const ExchangeBytes& total() const { return total_; }
   const ExchangeTimings& last_timings() const { return last_.timings; }

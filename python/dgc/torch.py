@@ -84,6 +84,42 @@ def _check_optimizer(optimizer, params, momentum, weight_decay):
         )
 
 
+# Settings the device compressor does not have (python/device_step.h), and what they are set to.
+_CORE_ONLY = {
+    "compression": ("none",),
+    "selection_scope": ("global",),
+    "dense_path": ("fp16", "bf16"),
+    "exchange": ("sparse-allreduce", "auto"),  # auto may resolve to the sparse allreduce
+}
+
+
+def _choose_compressor(compressor, params, settings):
+    """ "core" (the C++ core on the host), "device" (libtorch operations on the parameters'
+    device), or "auto": "device" when the parameters are on one device that is not the CPU and
+    the settings are the device compressor's, "core" otherwise."""
+    devices = {p.device for _, p in params}
+    if compressor not in ("auto", "core", "device"):
+        raise InvalidArgument(f"compressor must be 'auto', 'core' or 'device', got {compressor!r}")
+    if compressor == "core":
+        return "core"
+    if compressor == "device":
+        if len(devices) != 1:
+            raise InvalidArgument(
+                f"the model's parameters are on {len(devices)} devices ({sorted(map(str, devices))}): "
+                f"the device compressor needs one (DDP with one device per process), or pass "
+                f"compressor='core'"
+            )
+        return "device"
+    if len(devices) != 1 or next(iter(devices)).type == "cpu":
+        return "core"
+    unsupported = [key for key, values in _CORE_ONLY.items() if settings.get(key) in values]
+    if unsupported:
+        _log.info("dgc: %s=%r keeps the compressor on the host (compressor='core')",
+                  unsupported[0], settings[unsupported[0]])
+        return "core"
+    return "device"
+
+
 class DGCState:
     """The state of the DGC hook on this rank: settings, momenta, velocities, the RNG, the iteration.
 
@@ -113,6 +149,15 @@ class DGCState:
         before the step; the iteration advances; `skipped_steps` counts it and one warning is
         logged on the "dgc" logger). max_consecutive_skips: with "skip", the most steps skipped
         in a row; one more bad step raises dgc.NumericError.
+
+    compressor: where the step runs. "core": dgc's C++ core on the host (gradients on a GPU are
+        copied to the host and the directions back, every step; every setting is available).
+        "device": the same step written with libtorch operations on the gradients' own device,
+        so that only the selected elements (and the small dense-path tensors) reach the host;
+        not with compression="none", selection_scope="global", dense_path "fp16"/"bf16" or
+        exchange="sparse-allreduce" (or "auto", which may resolve to it). "auto" (the default):
+        "device" when the parameters are on a GPU and the settings allow it, "core" otherwise.
+        On CPU tensors both give the same weights.
 
     Every rank must pass the same settings: the constructor compares them across ranks and raises
     dgc.MismatchError on every rank naming the first difference.
@@ -148,6 +193,7 @@ class DGCState:
         clip_scaling="paper",
         on_nonfinite="stop",
         max_consecutive_skips=10,
+        compressor="auto",
     ):
         if not dist.is_available() or not dist.is_initialized():
             raise InvalidArgument(
@@ -195,15 +241,24 @@ class DGCState:
             max_consecutive_skips=max_consecutive_skips,
         )
         # NCCL takes CUDA tensors only: the exchange's buffers then live on this rank's GPU.
-        device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
-        self._step = _C.Step(
-            group,
-            [n for n, _ in self.params],
-            [list(p.shape) for _, p in self.params],
-            self.options,
-            "hook=ddp\n",
-            device,
+        exchange_device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
+        names = [n for n, _ in self.params]
+        shapes = [list(p.shape) for _, p in self.params]
+        self.compressor = _choose_compressor(
+            compressor,
+            self.params,
+            dict(compression=compression, selection_scope=selection_scope, dense_path=dense_path,
+                 exchange=exchange),
         )
+        if self.compressor == "device":
+            # The gradients, momenta and velocities stay on the parameters' device; only the
+            # selections (and the dense-path values) come to the host (dgc/python/device_step.h).
+            self._step = _C.DeviceStep(
+                group, names, shapes, self.options, "hook=ddp\n", exchange_device,
+                str(self.params[0][1].device),
+            )
+        else:
+            self._step = _C.Step(group, names, shapes, self.options, "hook=ddp\n", exchange_device)
         self._index = {id(p): i for i, (_, p) in enumerate(self.params)}
         self._pending = []  # (buffer, gradients, parameters, future) of this iteration's buckets
 

@@ -3,9 +3,15 @@ MASTER_ADDR and MASTER_PORT in the environment). Every check compares against an
 result: the C++ DistributedOptimizer over the same process group, plain DDP, or the run that was
 not interrupted. Exits non-zero (with the reason) on the first failed check.
 
-    hook_worker.py equivalence | dense | resume | errors | nonfinite
+    hook_worker.py equivalence | dense | resume | errors | nonfinite | device
+                   [--device cpu|cuda] [--backend gloo|nccl]
+
+--device cuda puts each rank's model on GPU LOCAL_RANK % count (the "device" case then compares
+the device compressor on CUDA tensors with the core on the CPU); --backend nccl exchanges over
+NCCL.
 """
 
+import argparse
 import io
 import os
 import sys
@@ -56,24 +62,40 @@ def check(condition, message):
         raise AssertionError(f"rank {dist.get_rank()}: {message}")
 
 
-def hook_model(settings, lr=LR):
-    model = DDP(FixedGradients())
+# Where the "device" case puts the models (--device), set by main().
+DEVICE = torch.device("cpu")
+
+
+def ddp(module, device=None):
+    device = device or torch.device("cpu")
+    if device.type == "cuda":
+        return DDP(module.to(device), device_ids=[device.index])
+    return DDP(module)
+
+
+def hook_model(settings, lr=LR, device=None):
+    model = ddp(FixedGradients(), device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0, weight_decay=0)
     state = dgc.torch.DGCState(model, optimizer, **settings)
     model.register_comm_hook(state, dgc.torch.dgc_hook)
     return model, optimizer, state
 
 
-def train(model, optimizer, steps):
+def train(model, optimizer, steps, bad_step=None):
+    """`bad_step`: the step at which the last rank's gradient holds a NaN."""
     rank = dist.get_rank()
+    params = list(model.module.parameters())
     for s in steps:
         optimizer.zero_grad()
-        model(gradients(rank, s, model.module.parameters())).backward()
+        grads = gradients(rank, s, params)
+        if s == bad_step and rank == dist.get_world_size() - 1:
+            grads[0].view(-1)[5] = float("nan")
+        model([g.to(p.device) for g, p in zip(grads, params)]).backward()
         optimizer.step()
 
 
 def weights(model):
-    return [p.detach().clone() for p in model.module.parameters()]
+    return [p.detach().cpu().clone() for p in model.module.parameters()]
 
 
 def max_difference(a, b):
@@ -297,6 +319,85 @@ def nonfinite():
     print(f"rank {rank}: non-finite gradient skipped and stopped")
 
 
+class FakeParameter:
+    """Stands for a parameter on `device` (the compressor choice reads only .device)."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+
+
+def device():
+    """The device compressor (compressor="device", libtorch operations on the gradients' device)
+    gives the weights, the state and the bytes of the core (compressor="core", which copies the
+    gradients to the host) for the same model on the same device: bit for bit on CPU tensors, for every setting it supports; a state dict of one resumes on the
+    other; a skipped non-finite step is skipped alike."""
+    rank = dist.get_rank()
+    cases = (
+        dict(DGC_SETTINGS),
+        dict(DGC_SETTINGS, nesterov=True),
+        dict(DGC_SETTINGS, selection="exact"),
+        dict(DGC_SETTINGS, dense_path="exact", nesterov=True),
+        dict(DGC_SETTINGS, value_type="fp16"),
+        dict(DGC_SETTINGS, value_type="bf16", masking=False),
+        dict(DGC_SETTINGS, exchange="direct", weight_decay=0.0),
+        dict(DGC_SETTINGS, clip_norm=2.0),
+        dict(DGC_SETTINGS, on_nonfinite="skip"),
+    )
+    exact = DEVICE.type == "cpu"
+    for settings in cases:
+        bad_step = 2 if settings.get("on_nonfinite") == "skip" else None
+        core, core_sgd, core_state = hook_model(dict(settings, compressor="core"), device=DEVICE)
+        train(core, core_sgd, range(STEPS), bad_step)
+        mine, mine_sgd, mine_state = hook_model(dict(settings, compressor="device"), device=DEVICE)
+        check(mine_state.compressor == "device", f"compressor {mine_state.compressor}")
+        check(next(mine.module.parameters()).device.type == DEVICE.type, "the model left its device")
+        train(mine, mine_sgd, range(STEPS), bad_step)
+        difference = max_difference(weights(mine), weights(core))
+        a, b = mine_state.state_dict(), core_state.state_dict()
+        state_difference = max((a["buffers"][k] - v).abs().max().item() for k, v in b["buffers"].items())
+        check(set(a["buffers"]) == set(b["buffers"]), f"state buffers {sorted(a['buffers'])} vs {sorted(b['buffers'])}")
+        # Clipping sums the squares in another order on the device: the coefficient may differ
+        # in the last bit.
+        tolerance = 0.0 if exact and not settings.get("clip_norm") else 1e-5
+        check(difference <= tolerance, f"{settings}: device vs core weights differ by {difference}")
+        check(state_difference <= tolerance, f"{settings}: device vs core state differs by {state_difference}")
+        if tolerance == 0.0:
+            check(a["rng"] == b["rng"], f"{settings}: the RNGs differ")
+            check(a["total_bytes"] == b["total_bytes"], f"{settings}: bytes {a['total_bytes']} vs {b['total_bytes']}")
+        check(a["skipped_steps"] == (1 if bad_step is not None else 0), f"skipped {a['skipped_steps']}")
+        print(f"rank {rank}: device ({DEVICE}) vs core {settings}: max |difference| = {difference:.3g}")
+
+    # A state dict written by the core resumes on the device, and the other way round.
+    for first, second in (("core", "device"), ("device", "core")):
+        uninterrupted, sgd, _ = hook_model(dict(DGC_SETTINGS, compressor="core"), device=DEVICE)
+        train(uninterrupted, sgd, range(STEPS))
+        model, sgd, state = hook_model(dict(DGC_SETTINGS, compressor=first), device=DEVICE)
+        train(model, sgd, range(STEPS // 2))
+        saved = {"model": {k: v.cpu() for k, v in model.state_dict().items()}, "dgc": state.state_dict()}
+        resumed, sgd, state = hook_model(dict(DGC_SETTINGS, compressor=second), device=DEVICE)
+        resumed.load_state_dict(saved["model"])
+        state.load_state_dict(saved["dgc"])
+        train(resumed, sgd, range(STEPS // 2, STEPS))
+        difference = max_difference(weights(resumed), weights(uninterrupted))
+        check(difference <= (0.0 if exact else 1e-5), f"{first} -> {second}: resumed run differs by {difference}")
+        print(f"rank {rank}: resumed {first} -> {second}: max |difference| = {difference:.3g}")
+
+    # compressor="auto": the device compressor for parameters on a GPU when the settings allow.
+    choose = dgc.torch._choose_compressor
+    on = lambda device: [("w", FakeParameter(device))]
+    check(choose("auto", on("cpu"), {}) == "core", "auto on the CPU")
+    check(choose("auto", on("cuda"), dict(exchange="allgather")) == "device", "auto on a GPU")
+    check(choose("auto", on("cuda"), dict(dense_path="fp16")) == "core", "auto, fp16 dense path")
+    check(choose("auto", on("cuda"), dict(exchange="auto")) == "core", "auto, exchange auto")
+    check(choose("device", on("cpu"), {}) == "device", "device on the CPU")
+
+    # Settings the device compressor does not have are refused with the remedy.
+    expect_error(dgc.InvalidArgument, "compressor=\"core\"",
+                 lambda: hook_model(dict(DGC_SETTINGS, compressor="device", exchange="sparse-allreduce"),
+                                    device=DEVICE))
+    print(f"rank {rank}: device compressor ok")
+
+
 def not_initialised():
     net = FixedGradients()
     sgd = torch.optim.SGD(net.parameters(), lr=LR)
@@ -310,16 +411,27 @@ def not_initialised():
 
 
 def main():
-    case = sys.argv[1]
+    global DEVICE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    args = parser.parse_args()
+    case = args.case
     torch.set_num_threads(1)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("hook_worker.py --device cuda: torch.cuda.is_available() is False")
+        DEVICE = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     if case == "errors":
         not_initialised()
-    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=60))
+    dist.init_process_group(args.backend, timeout=__import__("datetime").timedelta(seconds=60))
     launch = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "spawned"
     print(f"rank {dist.get_rank()} of {dist.get_world_size()}: launched by {launch}")
     try:
         {"equivalence": equivalence, "dense": dense, "resume": resume, "errors": errors,
-         "nonfinite": nonfinite}[case]()
+         "nonfinite": nonfinite, "device": device}[case]()
     finally:
         dist.destroy_process_group()
 
