@@ -74,7 +74,6 @@ torch::Tensor round_values(const torch::Tensor& values, ValueType type) {
 DeviceCompressor::DeviceCompressor(std::vector<int64_t> numels, CompressionOptions options,
                                    torch::Device device)
     : numels_(std::move(numels)), options_(options), device_(device), rng_(options.seed) {
-  check_density(options_.density);
   DGC_CHECK(options_.momentum.factor >= 0.0 && options_.momentum.factor <= 1.0,
             "momentum must be in [0, 1], got ", options_.momentum.factor);
   DGC_CHECK(options_.selection.sample_ratio > 0.0 && options_.selection.sample_ratio <= 1.0,

@@ -132,7 +132,6 @@ DeviceStep::DeviceStep(
   for (const size_t t : compressed_) numels.push_back(layout_[t].numel());
   if (grouped_) numels.push_back(dense_numel_);
   CompressionOptions compressor_options = options_.compressor;
-  compressor_options.density = options_.density.after_warmup;
   compressor_options.seed = rank_seed(options_.compressor.seed, comm_.rank());
   compressor_ = std::make_unique<DeviceCompressor>(numels, compressor_options, device_);
   selections_.resize(numels.size());

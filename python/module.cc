@@ -224,7 +224,6 @@ py::tuple compare_step(const torch::Tensor& grad, const torch::Tensor& momentum,
                        double density, uint64_t seed) {
   const int64_t n = grad.numel();
   CompressionOptions o = options.compressor;
-  o.density = density;
   o.seed = seed;
   DeviceCompressor device({n}, o, grad.device());
   device.momentum(0).copy_(momentum.reshape({-1}));
@@ -549,7 +548,6 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::vector<int64_t>& numels, const dgc::train::OptimizerOptions& o,
                        double density, const std::string& device) {
              dgc::CompressionOptions c = o.compressor;
-             c.density = density;
              return std::make_unique<dp::DeviceCompressor>(numels, c, c10::Device(device));
            }),
            py::arg("numels"), py::arg("options"), py::arg("density"), py::arg("device"))
