@@ -6,36 +6,15 @@
 
 #include "dgc/core/error.h"
 #include "dgc/core/key_value.h"
+#include "dgc/train/trainer_internal.h"
 
 namespace dgc::train {
 namespace {
 
-// Every rank's `mine`, in rank order (collective).
-std::vector<std::string> allgather_text(comm::Communicator& comm, const std::string& mine,
-                                        comm::Timeout timeout) {
-  const auto all = comm.allgatherv(
-      std::span(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()), timeout);
-  std::vector<std::string> out;
-  for (const auto& bytes : all) out.emplace_back(bytes.begin(), bytes.end());
-  return out;
-}
-
-std::vector<int64_t> parse_steps(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<int64_t> steps;
-  for (int64_t step = 0; in >> step;) steps.push_back(step);
-  return steps;
-}
-
-std::string steps_text(const std::vector<int64_t>& steps) {
-  std::ostringstream text;
-  for (size_t i = 0; i < steps.size(); ++i) text << (i == 0 ? "" : " ") << steps[i];
-  return text.str();
-}
-
-bool contains(const std::vector<int64_t>& steps, int64_t step) {
-  return std::find(steps.begin(), steps.end(), step) != steps.end();
-}
+using trainer_detail::allgather_text;
+using trainer_detail::contains;
+using trainer_detail::parse_steps;
+using trainer_detail::steps_text;
 
 // The settings a different world size changes (options.cc, describe()).
 bool depends_on_world_size(const std::string& key) {

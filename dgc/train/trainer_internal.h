@@ -1,5 +1,6 @@
-// Private to the trainer's files: trainer.cc (the run) and trainer_checkpoints.cc (writing
-// checkpoints and choosing the one to resume from).
+// Private to the trainer's files: trainer.cc (the run), trainer_checkpoints.cc (writing
+// checkpoints and choosing the one to resume from) and resume.cc (--resume auto, elastic
+// restarts).
 #pragma once
 
 #include <cstdint>
