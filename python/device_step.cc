@@ -7,6 +7,7 @@
 #include "dgc/core/clip.h"
 #include "dgc/core/error.h"
 #include "dgc/core/schedule.h"
+#include "dgc/train/step.h"
 
 namespace dgc::python {
 namespace {
@@ -243,21 +244,11 @@ bool DeviceStep::run(const std::vector<torch::Tensor>& grads,
   skips_.last_bad_ranks = bad_ranks;
   if (bad_ranks > 0) {
     compressor_->discard();
-    const bool skip = options_.on_nonfinite == NonFinitePolicy::kSkip;
-    const std::string what = detail::concat(
-        "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
-        iteration_, " (epoch ", iteration_ / options_.iterations_per_epoch + 1,
-        "); this rank's gradient was ", local_ok ? "finite" : "not finite", ". ");
-    const char* remedy =
-        "Lower the learning rate, enable gradient clipping (clip_norm) or a longer warm-up, and "
-        "restart from the last checkpoint";
-    if (!skip) throw NumericError(what + "Nothing was applied. " + remedy);
-    if (skips_.consecutive >= options_.max_consecutive_skips) {
-      throw NumericError(detail::concat(
-          what, "Nothing was applied, and the run stops: ", skips_.consecutive + 1,
-          " bad steps in a row, more than the ", options_.max_consecutive_skips,
-          " skips in a row max_consecutive_skips allows (the run diverges). ", remedy));
-    }
+    check_nonfinite_step(
+        options_, bad_ranks, world, iteration_, local_ok, skips_.consecutive,
+        "max_consecutive_skips",
+        "Lower the learning rate, enable gradient clipping (clip_norm) or a longer "
+        "warm-up, and restart from the last checkpoint");
     ++skips_.consecutive;
     ++skips_.total;
     for (const auto& x : grads) x.detach().zero_();

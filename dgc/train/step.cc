@@ -37,6 +37,24 @@ void compressed_direction(const float* w, const float* update, float* b, float* 
 
 }  // namespace
 
+void check_nonfinite_step(const OptimizerOptions& options, int bad_ranks, int world,
+                          int64_t iteration, bool local_ok, int64_t consecutive_skips,
+                          const char* limit_name, const char* remedy) {
+  const std::string what = detail::concat(
+      "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
+      iteration, " (epoch ", iteration / options.iterations_per_epoch + 1,
+      "); this rank's gradient was ", local_ok ? "finite" : "not finite", ". ");
+  if (options.on_nonfinite != NonFinitePolicy::kSkip) {
+    throw NumericError(what + "Nothing was applied. " + remedy);
+  }
+  if (consecutive_skips >= options.max_consecutive_skips) {
+    throw NumericError(
+        detail::concat(what, "Nothing was applied, and the run stops: ", consecutive_skips + 1,
+                       " bad steps in a row, more than the ", options.max_consecutive_skips,
+                       " skips in a row ", limit_name, " allows (the run diverges). ", remedy));
+  }
+}
+
 DistributedStep::DistributedStep(
     comm::Communicator& comm,
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& named_shapes,
@@ -246,21 +264,11 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   skips_.last_bad_ranks = bad_ranks;
   if (bad_ranks > 0) {
     if (compressor_) compressor_->discard();
-    const bool skip = options_.on_nonfinite == NonFinitePolicy::kSkip;
-    const std::string what = detail::concat(
-        "non-finite gradient (NaN or Inf) on ", bad_ranks, " of ", world, " rank(s) at iteration ",
-        iteration_, " (epoch ", iteration_ / options_.iterations_per_epoch + 1,
-        "); this rank's gradient was ", local_ok ? "finite" : "not finite", ". ");
-    const char* remedy =
+    check_nonfinite_step(
+        options_, bad_ranks, world, iteration_, local_ok, skips_.consecutive,
+        "--max-consecutive-skips",
         "Lower the learning rate (--lr), enable gradient clipping (--clip-norm) or a longer "
-        "warm-up (--lr-warmup-epochs), and restart from the last checkpoint (--resume)";
-    if (!skip) throw NumericError(what + "Nothing was applied. " + remedy);
-    if (skips_.consecutive >= options_.max_consecutive_skips) {
-      throw NumericError(detail::concat(
-          what, "Nothing was applied, and the run stops: ", skips_.consecutive + 1,
-          " bad steps in a row, more than the ", options_.max_consecutive_skips,
-          " skips in a row --max-consecutive-skips allows (the run diverges). ", remedy));
-    }
+        "warm-up (--lr-warmup-epochs), and restart from the last checkpoint (--resume)");
     ++skips_.consecutive;
     ++skips_.total;
     for (const auto& d : directions) std::fill(d.begin(), d.end(), 0.0f);

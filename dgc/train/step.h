@@ -65,6 +65,16 @@ struct NamedBuffer {
   std::span<T> values;
 };
 
+// After an exchange that some rank flagged a non-finite gradient in (OptimizerOptions::
+// on_nonfinite): throws dgc::NumericError under kStop, or under kSkip once `consecutive_skips`
+// has reached max_consecutive_skips, naming the ranks, the iteration and `remedy`; returns when
+// the step is to be skipped. `limit_name` is how the caller's interface spells
+// max_consecutive_skips ("--max-consecutive-skips" on the command line). The one policy of
+// DistributedStep and the Python package's device step.
+void check_nonfinite_step(const OptimizerOptions& options, int bad_ranks, int world,
+                          int64_t iteration, bool local_ok, int64_t consecutive_skips,
+                          const char* limit_name, const char* remedy);
+
 class DistributedStep {
  public:
   // Builds the layout (make_layout with options.policy; all dense with kNone) and runs the
