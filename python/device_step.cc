@@ -103,17 +103,10 @@ DeviceStep::DeviceStep(
     dense_numel_ += layout_[t].numel();
   }
   if (!grouped_) dense_flat_.assign(static_cast<size_t>(dense_numel_), 0.0f);
-  settings_ = describe(options_) + run_settings;
-  if (!settings_.empty() && settings_.back() != '\n') settings_ += '\n';
+  settings_ = step_settings(options_, run_settings);
 
   // 3. The exchange, built as DistributedStep builds it.
-  ExchangeOptions exchange_options;
-  exchange_options.value_type = options_.compressor.value_type;
-  exchange_options.timeout = options_.timeout;
-  exchange_options.settings = settings_;
-  exchange_options.algorithm = options_.exchange;
-  exchange_options.density = options_.density.after_warmup;
-  exchange_options.message_key = options_.message_key;
+  ExchangeOptions exchange_options = exchange_options_of(options_, settings_);
   std::vector<TensorSpec> exchange_layout;
   if (grouped_) {
     for (const size_t t : compressed_) exchange_layout.push_back(layout_[t]);

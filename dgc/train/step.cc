@@ -37,6 +37,23 @@ void compressed_direction(const float* w, const float* update, float* b, float* 
 
 }  // namespace
 
+std::string step_settings(const OptimizerOptions& options, const std::string& run_settings) {
+  std::string settings = describe(options) + run_settings;
+  if (!settings.empty() && settings.back() != '\n') settings += '\n';
+  return settings;
+}
+
+ExchangeOptions exchange_options_of(const OptimizerOptions& options, const std::string& settings) {
+  ExchangeOptions exchange_options;
+  exchange_options.value_type = options.compressor.value_type;
+  exchange_options.timeout = options.timeout;
+  exchange_options.settings = settings;
+  exchange_options.algorithm = options.exchange;
+  exchange_options.density = options.density.after_warmup;
+  exchange_options.message_key = options.message_key;
+  return exchange_options;
+}
+
 void check_nonfinite_step(const OptimizerOptions& options, int bad_ranks, int world,
                           int64_t iteration, bool local_ok, int64_t consecutive_skips,
                           const char* limit_name, const char* remedy) {
@@ -95,16 +112,9 @@ DistributedStep::DistributedStep(
     dense_numel += n;
   }
   dense_path_.flat.assign(dense_numel, 0.0f);
-  settings_ = describe(options_) + run_settings;
-  if (!settings_.empty() && settings_.back() != '\n') settings_ += '\n';
+  settings_ = step_settings(options_, run_settings);
 
-  ExchangeOptions exchange_options;
-  exchange_options.value_type = options_.compressor.value_type;
-  exchange_options.timeout = options_.timeout;
-  exchange_options.settings = settings_;
-  exchange_options.algorithm = options_.exchange;
-  exchange_options.density = options_.density.after_warmup;
-  exchange_options.message_key = options_.message_key;
+  ExchangeOptions exchange_options = exchange_options_of(options_, settings_);
   std::vector<TensorSpec> exchange_layout;
   if (routing_.grouped) {
     // The compressed tensors, then the dense-path group in their place.

@@ -75,6 +75,13 @@ void check_nonfinite_step(const OptimizerOptions& options, int bad_ranks, int wo
                           int64_t iteration, bool local_ok, int64_t consecutive_skips,
                           const char* limit_name, const char* remedy);
 
+// The settings text every rank's handshake compares: describe(options), then `run_settings`,
+// ending in a newline.
+std::string step_settings(const OptimizerOptions& options, const std::string& run_settings);
+// The Exchange's options for a step with `options` and that settings text (the layout is the
+// caller's). The one construction of DistributedStep and the Python package's device step.
+ExchangeOptions exchange_options_of(const OptimizerOptions& options, const std::string& settings);
+
 class DistributedStep {
  public:
   // Builds the layout (make_layout with options.policy; all dense with kNone) and runs the
