@@ -20,11 +20,22 @@ batch in an order that depends only on (seed, epoch), and the learning rate ramp
 object (also appended to the file --json names): test accuracy, bytes this worker contributed per step (the
 message bytes of docs/glossary: what the hook hands to the process group; for DDP's own allreduce
 the fp32 gradient), the compression ratio (fp32 gradient bytes / message bytes) and the time per
-step (forward, backward, communication, optimizer; mean over the steps after the first 10).
+step (forward, backward, communication, optimizer; mean over the steps after the first 10),
+and a SHA-256 of the final weights.
+
+Restarts (torchrun --max_restarts N): with --checkpoint PREFIX every rank writes
+PREFIX.step<S>.rank<r>.pt (its model, optimizer and DGCState state dicts, the position in the
+run) at every epoch's end and every --checkpoint-every steps, atomically, keeping its newest two.
+At start-up the ranks look for the newest step every rank has a file of and continue from there,
+bit for bit (the same command line for the first attempt and every restart); with none they
+start fresh. The world size must be the one the files were written at (DGCState refuses
+another).
 """
 
 import argparse
+import glob
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -126,6 +137,40 @@ def one_bucket_at_a_time(hook):
     return hook_in_order
 
 
+def checkpoint_steps(prefix, rank):
+    """The steps this rank has a checkpoint file of."""
+    steps = []
+    for path in glob.glob(f"{glob.escape(prefix)}.step*.rank{rank}.pt"):
+        middle = path[len(prefix) + len(".step"):-len(f".rank{rank}.pt")]
+        if middle.isdigit():
+            steps.append(int(middle))
+    return sorted(steps)
+
+
+def save_checkpoint(prefix, rank, step, payload, keep=2):
+    """Writes PREFIX.step<step>.rank<rank>.pt atomically, then deletes all but the newest `keep`."""
+    path = f"{prefix}.step{step}.rank{rank}.pt"
+    torch.save(payload, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    for old in checkpoint_steps(prefix, rank)[:-keep]:
+        os.remove(f"{prefix}.step{old}.rank{rank}.pt")
+
+
+def newest_common_step(prefix, rank, world):
+    """The newest step every rank has a file of, or None (collective)."""
+    everyone = [None] * world
+    dist.all_gather_object(everyone, checkpoint_steps(prefix, rank))
+    common = set(everyone[0]).intersection(*everyone[1:])
+    return max(common) if common else None
+
+
+def weights_digest(model):
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hook", choices=["none", "fp16", "powersgd", "dgc"], default="dgc")
@@ -146,7 +191,13 @@ def main():
                         help="stop after this many steps in all (timing runs; 0 = all epochs)")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per worker")
     parser.add_argument("--json", help="append rank 0's result object to this file")
+    parser.add_argument("--checkpoint", help="checkpoint path prefix: write, and resume from, "
+                        "PREFIX.step<S>.rank<r>.pt (see above)")
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="also checkpoint after every S-th step (0: at epoch ends only)")
     args = parser.parse_args()
+    if args.checkpoint and args.hook == "powersgd":
+        parser.error("--checkpoint supports --hook none, fp16 and dgc (PowerSGD's state is not saved)")
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -192,12 +243,37 @@ def main():
     step_times = []
     accuracy = 0.0
     iteration = 0
-    for epoch in range(args.epochs):
+    losses = []
+
+    def checkpoint():
+        save_checkpoint(args.checkpoint, rank, iteration, {
+            "iteration": iteration, "losses": losses, "sent": sent, "steps": steps,
+            "model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+            "dgc": state.state_dict() if args.hook == "dgc" else None})
+
+    if args.checkpoint:
+        step = newest_common_step(args.checkpoint, rank, world)
+        if step is None:
+            if rank == 0:
+                print(f"no checkpoint under {args.checkpoint} yet: a new run", flush=True)
+        else:
+            saved = torch.load(f"{args.checkpoint}.step{step}.rank{rank}.pt")
+            model.module.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            if args.hook == "dgc":
+                state.load_state_dict(saved["dgc"])
+            iteration, losses = saved["iteration"], saved["losses"]
+            sent, steps = saved["sent"], saved["steps"]
+            if rank == 0:
+                print(f"resumed from {args.checkpoint}: step {step}", flush=True)
+
+    for epoch in range(iteration // per_epoch, args.epochs):
         model.train()
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        losses = []
+        if iteration % per_epoch == 0:
+            losses = []
         start = time.perf_counter()
-        for b in range(per_epoch):
+        for b in range(iteration % per_epoch, per_epoch):
             if args.max_steps and iteration >= args.max_steps:
                 break
             mine = order[b * global_batch + rank * args.batch_size :][: args.batch_size]
@@ -224,6 +300,9 @@ def main():
                     steps[key] += 1
             losses.append(loss.item())
             iteration += 1
+            if args.checkpoint and args.checkpoint_every and iteration % args.checkpoint_every == 0 \
+                    and iteration % per_epoch != 0:
+                checkpoint()
         seconds = time.perf_counter() - start
 
         # Every rank evaluates every world-th test example; the counts are summed.
@@ -236,15 +315,18 @@ def main():
         if rank == 0:
             print(f"epoch {epoch + 1}  train loss {sum(losses) / max(len(losses), 1):.4f}  "
                   f"test accuracy {100 * accuracy:.2f}%  {seconds:.1f} s", flush=True)
+        if args.checkpoint and iteration % per_epoch == 0:
+            checkpoint()
         if args.max_steps and iteration >= args.max_steps:
             break
 
     timed = step_times[10:] if len(step_times) > 20 else step_times
+    timed = timed or [float("nan")]
     per_step = {k: sent[k] / steps[k] if steps[k] else float("nan") for k in sent}
     result = {
         "hook": name,
         "workers": world,
-        "epochs_run": epoch + 1,
+        "epochs_run": -(-iteration // per_epoch),
         "steps": iteration,
         "test_accuracy": accuracy,
         "message_bytes_per_step": per_step["all"],
@@ -254,6 +336,7 @@ def main():
         "compression_ratio_post_warmup": 4 * numel / per_step["post_warmup"],
         "step_seconds": sum(timed) / len(timed),
         "step_seconds_median": sorted(timed)[len(timed) // 2],
+        "weights_sha256": weights_digest(model),
     }
     if rank == 0:
         print(json.dumps(result), flush=True)
