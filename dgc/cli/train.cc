@@ -63,6 +63,7 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
                {"seconds", m.seconds},
                {"train_seconds", m.train_seconds},
                {"exchange_seconds", m.exchange_seconds},
+               {"exchange_seconds_max", m.exchange_seconds_max},
                {"compression", compression},
                {"workers", workers}});
   if (m.residual) {

@@ -226,6 +226,8 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       density = optimizer.density();
       const bool taken = optimizer.step();
       progress.exchange_seconds += optimizer.last_timings().exchange;
+      progress.exchange_seconds_max =
+          std::max(progress.exchange_seconds_max, optimizer.last_timings().exchange);
       if (taken) {
         progress.loss_sum += batch.loss.item<double>();
         if (residual_stats_) {
@@ -292,6 +294,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     metrics.resumed_at = first;
     metrics.train_seconds = train_seconds;
     metrics.exchange_seconds = progress.exchange_seconds;
+    metrics.exchange_seconds_max = progress.exchange_seconds_max;
     const ExchangeBytes& after = optimizer.total_bytes();
     metrics.bytes = after;
     metrics.bytes -= progress.bytes_before;

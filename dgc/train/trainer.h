@@ -141,6 +141,9 @@ struct EpochMetrics {
   double seconds = 0.0;            // training and evaluation of this epoch
   double train_seconds = 0.0;      // the training steps alone (forward, backward, optimizer)
   double exchange_seconds = 0.0;   // the optimizer's exchange (encode, collectives, decode)
+  // The slowest single exchange of the epoch (a stall: a link outage, a slow peer); in an epoch
+  // resumed from a checkpoint, of the steps after the resume.
+  double exchange_seconds_max = 0.0;
   // TrainOptions::residual_stats with DGC, rank 0: where the residual stands at the epoch's end.
   std::optional<ResidualEpochStats> residual;
 };

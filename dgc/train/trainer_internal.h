@@ -16,6 +16,8 @@ struct Trainer::EpochProgress {
   ExchangeBytes bytes_before;  // the run's byte counters when the epoch began
   double train_seconds = 0.0;  // the epoch's training steps so far
   double exchange_seconds = 0.0;
+  double exchange_seconds_max =
+      0.0;                    // the slowest exchange of the epoch since this process began it
   int64_t skipped_steps = 0;  // skipped in the epoch so far (their losses are not in loss_sum)
 };
 
