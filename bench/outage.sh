@@ -61,7 +61,7 @@ one() {
     local rank0="" output=""
     for _ in $(seq 6000); do
       kill -0 "$run_pid" 2>/dev/null || break
-      for pid in $(pgrep -P "$run_pid" -x dgc || true); do
+      for pid in $(pgrep -P "$run_pid" -x "$(basename "$dgc" | cut -c1-15)" || true); do
         tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RANK=0 && rank0=$pid
       done
       [ -n "$rank0" ] && output=$(readlink "/proc/$rank0/fd/1" 2>/dev/null || true)
@@ -78,8 +78,9 @@ one() {
   local accuracy wall slowest excess=-
   accuracy=$(sed -nE 's/.*result: test accuracy ([0-9.]+%).*/\1/p' "$log" | head -1)
   wall=$(sed -nE 's/.*  wall time: (.*)/\1/p' "$log" | head -1)
-  slowest=$(sed -nE 's/.*"exchange_seconds_max":([0-9.eE+-]+).*/\1/p' "$out/outage-$d.jsonl" \
-    2>/dev/null | sort -g | tail -1)
+  # No metrics when the run ended at its timeout (the outage outlasted it).
+  slowest=$( (sed -nE 's/.*"exchange_seconds_max":([0-9.eE+-]+).*/\1/p' "$out/outage-$d.jsonl" \
+    2>/dev/null || true) | sort -g | tail -1)
   [ "$d" = 0 ] && baseline_slowest=$slowest
   if [ -n "$slowest" ] && [ -n "${baseline_slowest:-}" ] && [ "$d" != 0 ]; then
     excess=$(awk -v a="$slowest" -v b="$baseline_slowest" 'BEGIN { printf "%.1f s", a - b }')
