@@ -173,10 +173,14 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
         }
         std::string scaling;
         if (options.lr_scaling != train::LrScaling::kNone) {
-          scaling =
-              detail::concat(" = ", opt.lr.base, " at a global batch of ",
-                             options.lr_reference_batch, ", ", train::to_string(options.lr_scaling),
-                             "-scaled to ", options.batch_size * info.world_size);
+          const int64_t global = options.batch_size * info.world_size;
+          scaling = detail::concat(" = ", opt.lr.base, " at a global batch of ",
+                                   options.lr_reference_batch, ", ",
+                                   train::to_string(options.lr_scaling), "-scaled to ", global);
+          if (options.lr_batch_limit > 0 && global > options.lr_batch_limit) {
+            scaling += detail::concat(" (held at the rate of ", options.lr_batch_limit,
+                                      ", --lr-batch-limit)");
+          }
         }
         std::printf(
             "  lr %g%s (%s, %g warm-up epochs%s), momentum %g%s, weight decay %g%s\n", info.lr,

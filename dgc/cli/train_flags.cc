@@ -228,6 +228,13 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "The global batch --lr is meant for, under --lr-scaling (" +
                      defaults("--lr-batch") + "; image: the 4 workers x 32 its lr was tuned at)")
       ->check(CLI::PositiveNumber);
+  sub.add_option("--lr-batch-limit", cmd.options.lr_batch_limit,
+                 "Under --lr-scaling, the global batch where the rule stops: larger global "
+                 "batches get its rate (0: no limit; " +
+                     defaults("--lr-batch-limit") +
+                     "; image: 16 workers x 32, rate 0.2, since dense training diverges at 64 x 32 "
+                     "with a higher rate)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_flag("--residual-stats", cmd.options.residual_stats,
                "DGC: measure rank 0's residual every epoch and add it to --metrics (residual_*: "
                "mean and 90th-percentile age in steps of the elements sent, the fraction never "

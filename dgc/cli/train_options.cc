@@ -64,6 +64,11 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
         "--lr-batch is the global batch --lr is meant for under --lr-scaling: add "
         "--lr-scaling sqrt (or linear), or drop it");
   }
+  if (sub.count("--lr-batch-limit") > 0 && options.lr_scaling == train::LrScaling::kNone) {
+    throw InvalidArgument(
+        "--lr-batch-limit is where the --lr-scaling rule stops: add --lr-scaling sqrt (or "
+        "linear), or drop it");
+  }
 
   if (opt.selection_scope == train::SelectionScope::kGlobal) {
     const bool scope_given = sub.count("--selection-scope") > 0;

@@ -70,6 +70,11 @@ const std::vector<TaskDefaulted>& task_defaulted() {
          return d.lr_reference_batch > 0 ? text_of(d.lr_reference_batch) : std::string("-");
        },
        [](const TaskDefaults& d, TrainOptions& o) { o.lr_reference_batch = d.lr_reference_batch; }},
+      {"--lr-batch-limit",
+       [](const TaskDefaults& d) {
+         return d.lr_batch_limit > 0 ? text_of(d.lr_batch_limit) : std::string("-");
+       },
+       [](const TaskDefaults& d, TrainOptions& o) { o.lr_batch_limit = d.lr_batch_limit; }},
       // A dense run selects nothing: its scope stays the shared default.
       {"--selection-scope",
        [](const TaskDefaults& d) { return text_of(d.selection_scope) + " with DGC"; },

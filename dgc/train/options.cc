@@ -1,5 +1,6 @@
 #include "dgc/train/options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -97,10 +98,12 @@ LrScaling parse_lr_scaling(const std::string& name) {
 std::string to_string(LrScaling scaling) { return name_of(kLrScalingNames, scaling); }
 
 double scaled_learning_rate(double lr, LrScaling scaling, int64_t global_batch,
-                            int64_t reference_batch) {
+                            int64_t reference_batch, int64_t batch_limit) {
   DGC_CHECK_GE(global_batch, 1, "global batch");
   DGC_CHECK_GE(reference_batch, 1, "reference global batch of the learning rate");
-  const double ratio = static_cast<double>(global_batch) / static_cast<double>(reference_batch);
+  DGC_CHECK_GE(batch_limit, 0, "global batch limit of the learning-rate rule");
+  const int64_t batch = batch_limit > 0 ? std::min(global_batch, batch_limit) : global_batch;
+  const double ratio = static_cast<double>(batch) / static_cast<double>(reference_batch);
   switch (scaling) {
     case LrScaling::kNone:
       return lr;

@@ -167,8 +167,9 @@ inline constexpr EnumNames<LrScaling, 3> kLrScalingNames = {
 LrScaling parse_lr_scaling(const std::string& name);  // "none" | "sqrt" | "linear"
 std::string to_string(LrScaling scaling);
 // lr for a global batch of `global_batch` under `scaling` from `lr` at `reference_batch`
-// (dgc::InvalidArgument unless both batches are positive; kNone returns lr unchanged).
+// (dgc::InvalidArgument unless both batches are positive; kNone returns lr unchanged). With
+// batch_limit > 0 the rule stops at that global batch: larger batches get its rate.
 double scaled_learning_rate(double lr, LrScaling scaling, int64_t global_batch,
-                            int64_t reference_batch);
+                            int64_t reference_batch, int64_t batch_limit = 0);
 
 }  // namespace dgc::train

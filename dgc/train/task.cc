@@ -19,7 +19,8 @@ TaskDefaults shared_task_defaults() {
           .masking = o.optimizer.compressor.momentum.masking,
           .selection_scope = o.optimizer.selection_scope,
           .lr_scaling = o.lr_scaling,
-          .lr_reference_batch = o.lr_reference_batch};
+          .lr_reference_batch = o.lr_reference_batch,
+          .lr_batch_limit = o.lr_batch_limit};
 }
 
 double metric_value(const std::vector<Metric>& metrics, const std::string& name) {

@@ -63,6 +63,7 @@ struct TaskDefaults {
   // TrainOptions::lr_scaling and lr_reference_batch: how the rate follows the global batch.
   LrScaling lr_scaling = LrScaling::kNone;
   int64_t lr_reference_batch = 0;
+  int64_t lr_batch_limit = 0;  // TrainOptions::lr_batch_limit
 };
 
 // The defaults of TrainOptions{} and its OptimizerOptions, as TaskDefaults.

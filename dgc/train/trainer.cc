@@ -60,9 +60,9 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
   }
   options_.optimizer.lr.total_epochs = options_.epochs;
   if (options_.lr_scaling != LrScaling::kNone) {
-    options_.optimizer.lr.base =
-        scaled_learning_rate(options_.optimizer.lr.base, options_.lr_scaling,
-                             options_.batch_size * comm_.size(), options_.lr_reference_batch);
+    options_.optimizer.lr.base = scaled_learning_rate(
+        options_.optimizer.lr.base, options_.lr_scaling, options_.batch_size * comm_.size(),
+        options_.lr_reference_batch, options_.lr_batch_limit);
   }
 
   optimizer_ = std::make_unique<DistributedOptimizer>(comm_, worker_->model(), options_.optimizer,

@@ -86,6 +86,9 @@ struct TrainOptions {
   // default here; `dgc train` defaults to sqrt at 128 for the image task) uses it as it is.
   LrScaling lr_scaling = LrScaling::kNone;
   int64_t lr_reference_batch = 0;
+  // > 0: the rule stops at this global batch (larger ones get its rate; `dgc train` defaults to
+  // 512 for the image task, where dense training diverges at 64 x 32 with the sqrt rule's rate).
+  int64_t lr_batch_limit = 0;
   // DGC: measure the residual on rank 0 every epoch (EpochMetrics::residual; residual_stats.h).
   bool residual_stats = false;
 };

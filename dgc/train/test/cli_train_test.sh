@@ -25,6 +25,15 @@ for key in lr_in_velocity= clip_scaling= dense_path= lr_decay= lr_step_epochs= l
 done
 grep -q -- "default: 32 (image), 10 (lm), 4 (speech)" "$work/help" || fail "--batch-size defaults per task"
 grep -q -- "default: on (image, speech), off (lm)" "$work/help" || fail "--masking defaults per task"
+grep -q -- "default: 512 (image), - (lm, speech)" "$work/help" || fail "--lr-batch-limit defaults per task"
+# The learning-rate rule's batches mean nothing without the rule.
+for flag in "--lr-batch 256" "--lr-batch-limit 512"; do
+  # shellcheck disable=SC2086
+  if "$dgc" train --lr-scaling none $flag --epochs 1 >"$work/bad" 2>&1; then
+    fail "$flag with --lr-scaling none was accepted"
+  fi
+  grep -q -- "add --lr-scaling sqrt" "$work/bad" || fail "$flag without the rule: $(cat "$work/bad")"
+done
 
 small=(--workers 2 --train-examples 1024 --test-examples 200 --batch-size 16 --density 0.01
        --progress lines)

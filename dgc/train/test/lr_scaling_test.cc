@@ -23,6 +23,20 @@ TEST(LrScaling, FollowsTheGlobalBatchFromTheReference) {
             scaled_learning_rate(0.1, LrScaling::kSqrt, 2 * 32, 128));
 }
 
+TEST(LrScaling, StopsAtTheBatchLimit) {
+  // The image task's default limit of 512: 16 x 32 and above run at 0.2.
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 512, 128, 512), 0.2);
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 1024, 128, 512), 0.2);
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 2048, 128, 512), 0.2);
+  EXPECT_DOUBLE_EQ(scaled_learning_rate(0.1, LrScaling::kLinear, 2048, 128, 512), 0.4);
+  // Below the limit, and with none (0), the rule as it is.
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 128, 128, 512), 0.1);
+  EXPECT_DOUBLE_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 64, 128, 512), 0.1 * std::sqrt(0.5));
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kSqrt, 2048, 128, 0), 0.4);
+  EXPECT_EQ(scaled_learning_rate(0.1, LrScaling::kNone, 2048, 128, 512), 0.1);
+  EXPECT_THROW(scaled_learning_rate(0.1, LrScaling::kSqrt, 128, 128, -1), InvalidArgument);
+}
+
 TEST(LrScaling, NamesAndChecks) {
   for (auto s : {LrScaling::kNone, LrScaling::kSqrt, LrScaling::kLinear}) {
     EXPECT_EQ(parse_lr_scaling(to_string(s)), s);
