@@ -232,8 +232,8 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "Under --lr-scaling, the global batch where the rule stops: larger global "
                  "batches get its rate (0: no limit; " +
                      defaults("--lr-batch-limit") +
-                     "; image: 16 workers x 32, rate 0.2, since dense training diverges at 64 x 32 "
-                     "with a higher rate)")
+                     "; image: 32 workers x 32, rate 0.283, the largest global batch the rule was "
+                     "seen to hold at)")
       ->check(CLI::NonNegativeNumber);
   sub.add_flag("--residual-stats", cmd.options.residual_stats,
                "DGC: measure rank 0's residual every epoch and add it to --metrics (residual_*: "

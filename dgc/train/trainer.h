@@ -87,7 +87,7 @@ struct TrainOptions {
   LrScaling lr_scaling = LrScaling::kNone;
   int64_t lr_reference_batch = 0;
   // > 0: the rule stops at this global batch (larger ones get its rate; `dgc train` defaults to
-  // 512 for the image task, where dense training diverges at 64 x 32 with the sqrt rule's rate).
+  // 1,024 for the image task, the largest global batch at which the rule was seen to hold).
   int64_t lr_batch_limit = 0;
   // DGC: measure the residual on rank 0 every epoch (EpochMetrics::residual; residual_stats.h).
   bool residual_stats = false;

@@ -25,7 +25,7 @@ for key in lr_in_velocity= clip_scaling= dense_path= lr_decay= lr_step_epochs= l
 done
 grep -q -- "default: 32 (image), 10 (lm), 4 (speech)" "$work/help" || fail "--batch-size defaults per task"
 grep -q -- "default: on (image, speech), off (lm)" "$work/help" || fail "--masking defaults per task"
-grep -q -- "default: 512 (image), - (lm, speech)" "$work/help" || fail "--lr-batch-limit defaults per task"
+grep -q -- "default: 1024 (image), - (lm, speech)" "$work/help" || fail "--lr-batch-limit defaults per task"
 # The learning-rate rule's batches mean nothing without the rule.
 for flag in "--lr-batch 256" "--lr-batch-limit 512"; do
   # shellcheck disable=SC2086
