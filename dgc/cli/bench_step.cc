@@ -20,6 +20,12 @@
 // step_1 is measured in this process on a world of one (compute + the local optimizer step,
 // nothing on the wire) before the N-rank runs.
 //
+// The step's own work (compress + update: everything but the exchange, slowest rank, medians) is
+// printed against two figures measured on rank 0 in the same process on the same number of
+// elements (bench_step_bounds.h): DGC's against the core's fused step (Compressor::step on one
+// tensor of all the elements), the dense optimizer's against its streaming bound (one pass of
+// momentum SGD with weight decay over g, u and w).
+//
 // Launch: `--workers N` threads in this process over Gloo (default 4); one rank per process under
 // mpirun or with torchrun variables (bench/slow_network.sh --bench step). Rank 0 prints.
 #include <algorithm>
@@ -38,6 +44,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "dgc/cli/bench_step_bounds.h"
 #include "dgc/cli/commands.h"
 #include "dgc/cli/statistics.h"
 #include "dgc/comm/launch.h"
@@ -185,6 +192,7 @@ struct Row {
   bool compute_default = false;
   Measured dense, dgc;
   std::optional<Measured> dense_single, dgc_single;
+  StepBounds bounds;  // measured on rank 0 (bench_step_bounds.h)
 };
 
 void print(const Row& r, const BenchStepOptions& o) {
@@ -193,6 +201,9 @@ void print(const Row& r, const BenchStepOptions& o) {
   std::optional<double> eff_dense, eff_dgc;
   if (r.dense_single) eff_dense = (r.compute + r.dense_single->step) / dense_step;
   if (r.dgc_single) eff_dgc = (r.compute + r.dgc_single->step) / dgc_step;
+  // The optimizer step's own work (everything but the exchange), slowest rank, medians.
+  const double dgc_own = r.dgc.compress + r.dgc.update;
+  const double dense_own = r.dense.compress + r.dense.update;
   const double gbit = o.bandwidth_gbit;
   const auto wire = [&](const Measured& m) {
     return gbit > 0
@@ -232,6 +243,11 @@ void print(const Row& r, const BenchStepOptions& o) {
         {"dgc_update_seconds", r.dgc.update},
         {"dense_exchange_seconds", r.dense.exchange},
         {"dense_other_seconds", r.dense.compress + r.dense.update},
+        {"dgc_own_seconds", dgc_own},
+        {"core_step_seconds", r.bounds.core_step},
+        {"dgc_own_ratio_to_core_step", dgc_own / r.bounds.core_step},
+        {"dense_bound_seconds", r.bounds.dense_bound},
+        {"dense_own_ratio_to_bound", dense_own / r.bounds.dense_bound},
     };
     if (gbit > 0) {
       j["bandwidth_gbit"] = gbit;
@@ -254,6 +270,11 @@ void print(const Row& r, const BenchStepOptions& o) {
                 static_cast<unsigned long long>(r.dgc.bytes.wire_sent),
                 static_cast<unsigned long long>(r.dgc.bytes.message),
                 static_cast<unsigned long long>(r.dense.bytes.wire_sent));
+    std::printf(
+        "  own work (compress + update): DGC %.4f s = %.2fx the core's fused step on the same "
+        "elements (%.4f s); dense %.4f s = %.2fx its streaming bound (%.4f s)\n",
+        dgc_own, dgc_own / r.bounds.core_step, r.bounds.core_step, dense_own,
+        dense_own / r.bounds.dense_bound, r.bounds.dense_bound);
     if (eff_dense && eff_dgc) {
       std::printf("  scaling efficiency: dense %.3f, DGC %.3f\n", *eff_dense, *eff_dgc);
     }
@@ -282,6 +303,12 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
     row.workers = comm.size();
     row.compute_default = o.compute_seconds < 0;
     row.compute = row.compute_default ? default_compute_seconds().at(model) : o.compute_seconds;
+    if (comm.rank() == 0) {
+      CompressionOptions compressor;  // as measure() configures the step's compressor
+      compressor.seed = o.seed;
+      row.bounds = measure_step_bounds(row.parameters, o.density, compressor, o.variants,
+                                       o.untimed_iterations, o.steps, o.seed);
+    }
     if (!o.skip_single && comm.rank() == 0) {
       // The one-rank baseline: a world of one in this process, nothing on the wire.
       comm::GlooOptions gloo;
