@@ -2,14 +2,17 @@
 
 #include <chrono>
 #include <random>
-#include <vector>
 
-#include "dgc/cli/statistics.h"
-#include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
 
 namespace dgc::cli {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // The dense optimizer's streaming bound: one pass over g, u, w.
 void dense_bound_pass(const float* __restrict g, float* __restrict u, float* __restrict w, size_t n,
@@ -24,43 +27,35 @@ void dense_bound_pass(const float* __restrict g, float* __restrict u, float* __r
 
 }  // namespace
 
-StepBounds measure_step_bounds(int64_t numel, double density, const CompressionOptions& options,
-                               int variants, int untimed, int steps, uint64_t seed) {
-  DGC_CHECK_GE(numel, 1, "elements");
+StepBounds::StepBounds(int64_t numel, double density, const CompressionOptions& options,
+                       int variants, uint64_t seed)
+    : density_(density),
+      compressor_({numel}, options),
+      u_(static_cast<size_t>(numel), 0.0f),
+      w_(static_cast<size_t>(numel), 0.01f) {
   DGC_CHECK_GE(variants, 1, "gradient variants");
-  DGC_CHECK_GE(steps, 1, "timed steps");
-  const auto n = static_cast<size_t>(numel);
-  std::vector<std::vector<float>> grads(static_cast<size_t>(variants), std::vector<float>(n));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-0.01f, 0.01f);
-  for (auto& g : grads) {
+  grads_.assign(static_cast<size_t>(variants), std::vector<float>(static_cast<size_t>(numel)));
+  for (auto& g : grads_) {
     for (float& x : g) x = uniform(rng);
   }
-  using Clock = std::chrono::steady_clock;
-  const auto time = [&](const auto& pass) {
-    std::vector<double> seconds;
-    for (int s = 0; s < untimed + steps; ++s) {
-      const auto start = Clock::now();
-      pass(grads[static_cast<size_t>(s % variants)]);
-      if (s >= untimed) {
-        seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-      }
-    }
-    return median(seconds);
-  };
+}
 
-  StepBounds bounds;
-  {
-    Compressor compressor({numel}, options);
-    Selection selection;
-    bounds.core_step =
-        time([&](const std::vector<float>& g) { compressor.step(0, g, density, selection); });
-  }
-  std::vector<float> u(n, 0.0f), w(n, 0.01f);
-  bounds.dense_bound = time([&](const std::vector<float>& g) {
-    dense_bound_pass(g.data(), u.data(), w.data(), n, 0.9f, 1e-4f, 0.1f);
-  });
-  return bounds;
+const std::vector<float>& StepBounds::gradient(int step) const {
+  return grads_[static_cast<size_t>(step) % grads_.size()];
+}
+
+double StepBounds::core_step(int step) {
+  const auto start = Clock::now();
+  compressor_.step(0, gradient(step), density_, selection_);
+  return seconds_since(start);
+}
+
+double StepBounds::dense_bound(int step) {
+  const auto start = Clock::now();
+  dense_bound_pass(gradient(step).data(), u_.data(), w_.data(), u_.size(), 0.9f, 1e-4f, 0.1f);
+  return seconds_since(start);
 }
 
 }  // namespace dgc::cli
