@@ -2,13 +2,7 @@
 // pass over the velocity, split into parts that run on a thread pool.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <optional>
-
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
 
 #include "dgc/core/error.h"
 #include "dgc/core/kernels.h"
@@ -60,12 +54,11 @@ inline uint32_t update_and_count(float* __restrict u, float* __restrict v,
   return count;
 }
 
-// Appends the elements i in [begin, end) with !(|v[i]| < threshold): finite ones as candidates,
-// the others (NaN, infinity) to out.nonfinite. v[i] is read from values[i - base].
-inline void gather(const float* values, size_t base, size_t begin, size_t end, float threshold,
-                   PartOutput& out) {
+// Appends the elements of v[begin, end) with !(|v| < threshold): finite ones as candidates,
+// the others (NaN, infinity) to out.nonfinite.
+inline void gather(const float* v, size_t begin, size_t end, float threshold, PartOutput& out) {
   for (size_t i = begin; i < end; ++i) {
-    const float vi = values[i - base];
+    const float vi = v[i];
     if (!(std::fabs(vi) < threshold)) {
       if (std::isfinite(vi)) {
         out.indices.push_back(static_cast<uint32_t>(i));
@@ -77,39 +70,9 @@ inline void gather(const float* values, size_t base, size_t begin, size_t end, f
   }
 }
 
-// Whether an out-of-place pass can write u and v with streaming stores (whole 16-byte lanes).
-bool can_stream(const PassTarget& t) {
-#if defined(__SSE__)
-  return (reinterpret_cast<uintptr_t>(t.velocity) | reinterpret_cast<uintptr_t>(t.momentum)) % 16 ==
-         0;
-#else
-  (void)t;
-  return false;
-#endif
-}
-
-// Copies one block to `to` (16-byte aligned) with streaming stores: an out-of-place pass writes
-// buffers it does not read, and ordinary stores would first read each line of them from memory.
-inline void stream_block(float* to, const float* from) {
-#if defined(__SSE__)
-  for (size_t i = 0; i < kBlock; i += 4) _mm_stream_ps(to + i, _mm_load_ps(from + i));
-#else
-  std::memcpy(to, from, kBlock * sizeof(float));
-#endif
-}
-
-inline void stream_fence() {
-#if defined(__SSE__)
-  _mm_sfence();
-#endif
-}
-
-// kStream (out of place only): each block is updated into a local copy in L1, then written to
-// u and v with streaming stores; sampling and gathering read the local copy.
-template <Update kUpdate, bool kOutOfPlace = false, bool kStream = false>
+template <Update kUpdate, bool kOutOfPlace = false>
 void pass_range(const PassTarget& t, size_t begin, size_t end, float threshold,
                 const SampleSpec* sample, PartOutput out) {
-  static_assert(kOutOfPlace || !kStream, "streaming stores only out of place");
   constexpr size_t kSub = kSubBlock;
   float* __restrict v = t.velocity;
   float* __restrict u = t.momentum;
@@ -126,38 +89,26 @@ void pass_range(const PassTarget& t, size_t begin, size_t end, float threshold,
     last = std::min(last, sample->count);
     position = sample->start + next * sample->stride;
   }
-  // Samples the positions before block_end; v[i] is read from values[i - base].
-  auto take_sample = [&](size_t block_end, const float* values, size_t base) {
+  auto take_sample = [&](size_t block_end) {
     for (; next < last && position < block_end; ++next, position += sample->stride) {
-      const float magnitude = std::fabs(values[position - base]);
+      const float magnitude = std::fabs(v[position]);
       sample->out[next] = std::isfinite(magnitude) ? magnitude : 0.0f;
     }
   };
-  alignas(16) float block_u[kStream ? kBlock : 1];
-  alignas(16) float block_v[kStream ? kBlock : 1];
   size_t block = begin;
   for (; block + kBlock <= end; block += kBlock) {
-    // Where this block's u and v are written (and v read back from), at index i - base.
-    float* const to_u = kStream ? block_u : u + block;
-    float* const to_v = kStream ? block_v : v + block;
-    float* const values = kStream ? block_v : v;
-    const size_t base = kStream ? block : 0;
     // u and g are null for a pass without an update: no offset on them (UB on a null pointer).
     const uint32_t count = update_and_count<kUpdate, kBlock, kOutOfPlace>(
-        kUpdate == Update::kNone ? nullptr : to_u, to_v, kOutOfPlace ? su + block : nullptr,
-        kOutOfPlace ? sv + block : nullptr, kUpdate == Update::kNone ? nullptr : g + block, m,
-        threshold);
-    if constexpr (kStream) {
-      stream_block(u + block, block_u);
-      stream_block(v + block, block_v);
-    }
-    take_sample(block + kBlock, values, base);
+        kUpdate == Update::kNone ? nullptr : u + block, v + block,
+        kOutOfPlace ? su + block : nullptr, kOutOfPlace ? sv + block : nullptr,
+        kUpdate == Update::kNone ? nullptr : g + block, m, threshold);
+    take_sample(block + kBlock);
     if (count == 0) continue;
     // Narrow down to the sub-blocks with a hit (the block is in L1), then gather.
     for (size_t sub = block; sub < block + kBlock; sub += kSub) {
-      if (update_and_count<Update::kNone, kSub>(nullptr, values + (sub - base), nullptr, nullptr,
-                                                nullptr, m, threshold)) {
-        gather(values, base, sub, sub + kSub, threshold, out);
+      if (update_and_count<Update::kNone, kSub>(nullptr, v + sub, nullptr, nullptr, nullptr, m,
+                                                threshold)) {
+        gather(v, sub, sub + kSub, threshold, out);
       }
     }
     if (out.indices.size() > out.cap) {
@@ -166,13 +117,11 @@ void pass_range(const PassTarget& t, size_t begin, size_t end, float threshold,
       out.overflowed = 1;
     }
   }
-  // The streaming stores ordered before whatever reads u and v next (another thread, too).
-  if constexpr (kStream) stream_fence();
   for (size_t i = block; i < end; ++i) {  // the last partial block
     if constexpr (kUpdate != Update::kNone) update_at<kUpdate, kOutOfPlace>(u, v, su, sv, g, m, i);
   }
-  take_sample(end, v, 0);
-  gather(v, 0, block, end, threshold, out);
+  take_sample(end);
+  gather(v, block, end, threshold, out);
 }
 
 void pass_part(const PassTarget& t, size_t begin, size_t end, float threshold,
@@ -182,19 +131,13 @@ void pass_part(const PassTarget& t, size_t begin, size_t end, float threshold,
   out.nonfinite.clear();
   out.overflowed = 0;
   const bool out_of_place = t.source_velocity != nullptr;
-  const bool stream = out_of_place && can_stream(t);
   switch (t.update) {
     case Update::kNone:
       return pass_range<Update::kNone>(t, begin, end, threshold, sample, out);
     case Update::kPlain:
-      if (stream)
-        return pass_range<Update::kPlain, true, true>(t, begin, end, threshold, sample, out);
       return out_of_place ? pass_range<Update::kPlain, true>(t, begin, end, threshold, sample, out)
                           : pass_range<Update::kPlain>(t, begin, end, threshold, sample, out);
     case Update::kNesterov:
-      if (stream) {
-        return pass_range<Update::kNesterov, true, true>(t, begin, end, threshold, sample, out);
-      }
       return out_of_place
                  ? pass_range<Update::kNesterov, true>(t, begin, end, threshold, sample, out)
                  : pass_range<Update::kNesterov>(t, begin, end, threshold, sample, out);
