@@ -4,10 +4,9 @@
 // never stored). Internal to dgc::train; not part of the API.
 //
 // Every applying kernel gives the weights bit for bit what writing the direction d and then
-// `w[e] -= lr * d[e]` gives: the same float operations in the same order (no contraction into
-// fused multiply-adds: the library is built for baseline x86-64 / without -ffp-contract=fast
-// instructions to contract into). They only save the passes: per element each buffer of the
-// state is read and written once.
+// `w[e] -= lr * d[e]` gives: the same float operations in the same order, never contracted into
+// fused multiply-adds (step_kernels.cc is compiled with -ffp-contract=off). They only save the
+// passes: per element each buffer of the state is read and written once.
 #pragma once
 
 #include <cstddef>
