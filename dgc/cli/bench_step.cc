@@ -20,6 +20,13 @@
 // step_1 is measured in this process on a world of one (compute + the local optimizer step,
 // nothing on the wire) before the N-rank runs.
 //
+// The step's own work (compress + update: everything but the exchange, slowest rank, medians) is
+// printed against two figures rank 0 measures in the same process on the same number of elements
+// (bench_step_bounds.h), one pass after each step (after the timings are gathered, before the
+// next barrier): DGC's against the core's fused step (Compressor::step on one tensor of all the
+// elements), the dense optimizer's against its streaming bound (one pass of momentum SGD with
+// weight decay over g, u and w).
+//
 // Launch: `--workers N` threads in this process over Gloo (default 4); one rank per process under
 // mpirun or with torchrun variables (bench/slow_network.sh --bench step). Rank 0 prints.
 #include <algorithm>
@@ -38,6 +45,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "dgc/cli/bench_step_bounds.h"
 #include "dgc/cli/commands.h"
 #include "dgc/cli/statistics.h"
 #include "dgc/comm/launch.h"
@@ -107,6 +115,9 @@ struct Measured {
   double compress = 0.0;  // medians of the slowest rank's parts
   double exchange = 0.0;
   double update = 0.0;
+  // Rank 0: the median of its bound (StepBounds: the core's fused step for DGC, the streaming
+  // bound for dense), one pass after each step.
+  double bound = 0.0;
   // The last step's bytes on this rank (rank 0's in the output; the collectives are symmetric
   // across ranks).
   ExchangeBytes bytes;
@@ -116,7 +127,7 @@ struct Measured {
 // rank.
 Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>& shapes,
                  train::Compression compression, const BenchStepOptions& o,
-                 const std::string& model) {
+                 const std::string& model, StepBounds* bounds = nullptr) {
   ShapeModule module(shapes, o.seed);
   std::vector<std::vector<torch::Tensor>> variants(static_cast<size_t>(o.variants));
   for (int v = 0; v < o.variants; ++v) {
@@ -140,7 +151,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   train::DistributedOptimizer optimizer(comm, module, options, "model=" + model);
 
   const int world = comm.size();
-  std::vector<double> steps, compress, exchange, update;
+  std::vector<double> steps, compress, exchange, update, bound;
   Measured m;
   for (int s = 0; s < o.untimed_iterations + o.steps; ++s) {
     const auto& grads = variants[static_cast<size_t>(s % o.variants)];
@@ -160,6 +171,11 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
     all[2 * world + r] = static_cast<float>(t.exchange);
     all[3 * world + r] = static_cast<float>(t.update);
     comm.allreduce_sum(all);
+    double bound_seconds = 0.0;
+    if (bounds != nullptr) {
+      bound_seconds =
+          compression == train::Compression::kNone ? bounds->dense_bound(s) : bounds->core_step(s);
+    }
     const auto column_max = [&](int c) {
       return *std::max_element(all.begin() + c * world, all.begin() + (c + 1) * world);
     };
@@ -168,12 +184,14 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
     compress.push_back(column_max(1));
     exchange.push_back(column_max(2));
     update.push_back(column_max(3));
+    bound.push_back(bound_seconds);
     m.bytes = b;
   }
   m.step = median(steps);
   m.compress = median(compress);
   m.exchange = median(exchange);
   m.update = median(update);
+  m.bound = median(bound);
   return m;
 }
 
@@ -193,6 +211,9 @@ void print(const Row& r, const BenchStepOptions& o) {
   std::optional<double> eff_dense, eff_dgc;
   if (r.dense_single) eff_dense = (r.compute + r.dense_single->step) / dense_step;
   if (r.dgc_single) eff_dgc = (r.compute + r.dgc_single->step) / dgc_step;
+  // The optimizer step's own work (everything but the exchange), slowest rank, medians.
+  const double dgc_own = r.dgc.compress + r.dgc.update;
+  const double dense_own = r.dense.compress + r.dense.update;
   const double gbit = o.bandwidth_gbit;
   const auto wire = [&](const Measured& m) {
     return gbit > 0
@@ -232,6 +253,11 @@ void print(const Row& r, const BenchStepOptions& o) {
         {"dgc_update_seconds", r.dgc.update},
         {"dense_exchange_seconds", r.dense.exchange},
         {"dense_other_seconds", r.dense.compress + r.dense.update},
+        {"dgc_own_seconds", dgc_own},
+        {"core_step_seconds", r.dgc.bound},
+        {"dgc_own_ratio_to_core_step", dgc_own / r.dgc.bound},
+        {"dense_bound_seconds", r.dense.bound},
+        {"dense_own_ratio_to_bound", dense_own / r.dense.bound},
     };
     if (gbit > 0) {
       j["bandwidth_gbit"] = gbit;
@@ -254,6 +280,11 @@ void print(const Row& r, const BenchStepOptions& o) {
                 static_cast<unsigned long long>(r.dgc.bytes.wire_sent),
                 static_cast<unsigned long long>(r.dgc.bytes.message),
                 static_cast<unsigned long long>(r.dense.bytes.wire_sent));
+    std::printf(
+        "  own work (compress + update): DGC %.4f s = %.2fx the core's fused step on the same "
+        "elements (%.4f s); dense %.4f s = %.2fx its streaming bound (%.4f s)\n",
+        dgc_own, dgc_own / r.dgc.bound, r.dgc.bound, dense_own, dense_own / r.dense.bound,
+        r.dense.bound);
     if (eff_dense && eff_dgc) {
       std::printf("  scaling efficiency: dense %.3f, DGC %.3f\n", *eff_dense, *eff_dgc);
     }
@@ -282,6 +313,13 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
     row.workers = comm.size();
     row.compute_default = o.compute_seconds < 0;
     row.compute = row.compute_default ? default_compute_seconds().at(model) : o.compute_seconds;
+    std::unique_ptr<StepBounds> bounds;  // rank 0's
+    if (comm.rank() == 0) {
+      CompressionOptions compressor;  // as measure() configures the step's compressor
+      compressor.seed = o.seed;
+      bounds = std::make_unique<StepBounds>(row.parameters, o.density, compressor, o.variants,
+                                            o.seed + 1);
+    }
     if (!o.skip_single && comm.rank() == 0) {
       // The one-rank baseline: a world of one in this process, nothing on the wire.
       comm::GlooOptions gloo;
@@ -291,8 +329,8 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
         row.dgc_single = measure(single, shapes, train::Compression::kDgc, o, model);
       });
     }
-    row.dense = measure(comm, shapes, train::Compression::kNone, o, model);
-    row.dgc = measure(comm, shapes, train::Compression::kDgc, o, model);
+    row.dense = measure(comm, shapes, train::Compression::kNone, o, model, bounds.get());
+    row.dgc = measure(comm, shapes, train::Compression::kDgc, o, model, bounds.get());
     if (comm.rank() == 0) print(row, o);
   }
 }

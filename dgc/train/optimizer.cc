@@ -48,8 +48,6 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
       model_(model),
       params_(collect_parameters(model)),
       step_(comm, named_shapes(params_), std::move(options), run_settings) {
-  for (const auto& p : params_) directions_.emplace_back(static_cast<size_t>(p.tensor.numel()));
-
   // The initial broadcast: every rank starts from rank 0's model.
   std::vector<std::span<float>> spans;
   for (auto& p : params_) spans.push_back(float_span(p.tensor));
@@ -70,8 +68,7 @@ bool DistributedOptimizer::step() {
   const auto start = Clock::now();
   std::vector<torch::Tensor> grads(params_.size());
   std::vector<std::span<float>> grad_spans;
-  std::vector<std::span<const float>> weight_spans;
-  std::vector<std::span<float>> direction_spans;
+  std::vector<std::span<float>> weight_spans;
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor g = params_[i].tensor.grad();
     if (!g.defined()) {
@@ -84,33 +81,17 @@ bool DistributedOptimizer::step() {
     grads[i] = g;
     grad_spans.push_back(float_span(g));
     weight_spans.push_back(float_span(params_[i].tensor));
-    direction_spans.emplace_back(directions_[i]);
   }
   const auto run_start = Clock::now();
-  const bool taken = step_.run(grad_spans, weight_spans, direction_spans);
-  const auto update_start = Clock::now();
-  const auto& t = step_.last_timings();
-  if (!taken) {
-    // Skipped on every rank: the weights stay as they are (the directions are zero).
-    timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
-    timings_.exchange = t.exchange;
-    timings_.update = t.update;
-    return false;
-  }
-
-  // The update, at the learning rate of the step just taken.
+  // The step and the update w -= lr * direction at the learning rate of the step, in one pass
+  // (skipped on every rank: the weights stay as they are).
   torch::NoGradGuard no_grad;
-  const auto lr = static_cast<float>(step_.update_lr_at(step_.iteration() - 1));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    float* w = params_[i].tensor.data_ptr<float>();
-    const float* d = directions_[i].data();
-    const size_t n = directions_[i].size();
-    for (size_t e = 0; e < n; ++e) w[e] -= lr * d[e];
-  }
+  const bool taken = step_.run_and_apply(grad_spans, weight_spans);
+  const auto& t = step_.last_timings();
   timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
   timings_.exchange = t.exchange;
-  timings_.update = t.update + std::chrono::duration<double>(Clock::now() - update_start).count();
-  return true;
+  timings_.update = t.update;
+  return taken;
 }
 
 void DistributedOptimizer::synchronize_buffers() {

@@ -5,8 +5,9 @@
 // step it reads every parameter's .grad (undefined = zero), lets the DistributedStep turn the
 // local gradients of all ranks into one direction per parameter (clipping, compression, the
 // exchange, momentum, weight decay; see step.h), and applies w -= lr * direction at the scheduled
-// learning rate. With Compression::kNone every tensor takes the dense path: plain synchronous
-// momentum SGD, the same update as single-worker SGD on the concatenated batch.
+// learning rate, in the same pass (DistributedStep::run_and_apply). With Compression::kNone every
+// tensor takes the dense path: plain synchronous momentum SGD, the same update as single-worker SGD
+// on the concatenated batch.
 //
 // Collective: the constructor, step(), synchronize_buffers() and check_agreement() must be called
 // by every rank in the same order. Thread-safety: one optimizer per worker thread; the model and
@@ -103,7 +104,6 @@ class DistributedOptimizer {
   torch::nn::Module& model_;
   std::vector<Param> params_;
   DistributedStep step_;
-  std::vector<std::vector<float>> directions_;  // per parameter
   StepTimings timings_;
 };
 

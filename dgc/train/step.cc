@@ -8,6 +8,7 @@
 #include "dgc/core/clip.h"
 #include "dgc/core/error.h"
 #include "dgc/core/schedule.h"
+#include "dgc/train/step_kernels.h"
 
 namespace dgc::train {
 namespace {
@@ -19,21 +20,6 @@ uint64_t rank_seed(uint64_t seed, int rank) {
 
 // The dense-path group's name in the exchange's layout and in checkpoints.
 constexpr const char* kDensePathGroup = "[dense-path group]";
-
-// The direction of a compressed tensor (and of a dense-path tensor with kGrouped): weight decay
-// through its own momentum b, then the received update, which already holds the momentum.
-void compressed_direction(const float* w, const float* update, float* b, float* out, size_t n,
-                          float m, float wd, bool nesterov) {
-  if (wd == 0.0f) {
-    std::copy_n(update, n, out);
-    return;
-  }
-  for (size_t e = 0; e < n; ++e) {
-    const float decay = wd * w[e];
-    b[e] = m * b[e] + decay;
-    out[e] = (nesterov ? decay + m * b[e] : b[e]) + update[e];
-  }
-}
 
 }  // namespace
 
@@ -182,38 +168,55 @@ int64_t DistributedStep::warmup_iterations() const {
                                         static_cast<double>(options_.iterations_per_epoch)));
 }
 
-bool DistributedStep::run(std::span<const std::span<float>> grads,
-                          std::span<const std::span<const float>> weights,
-                          std::span<const std::span<float>> directions) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double>(to - from).count();
-  };
-  const auto start = Clock::now();
+void DistributedStep::check_sizes(std::span<const std::span<float>> grads,
+                                  std::span<const size_t> weights,
+                                  std::span<const size_t> directions) const {
   const auto& layout = layout_;
   DGC_CHECK_EQ(grads.size(), layout.size(), "gradients (one per tensor of the layout)");
   DGC_CHECK_EQ(weights.size(), layout.size(), "weights (one per tensor of the layout)");
-  DGC_CHECK_EQ(directions.size(), layout.size(), "directions (one per tensor of the layout)");
+  DGC_CHECK(directions.empty() || directions.size() == layout.size(),
+            "directions: one per tensor of the layout (", layout.size(), "), got ",
+            directions.size());
   for (size_t t = 0; t < layout.size(); ++t) {
     const auto n = static_cast<size_t>(layout[t].numel());
-    DGC_CHECK(grads[t].size() == n && weights[t].size() == n && directions[t].size() == n,
-              "tensor '", layout[t].name, "' has ", n, " elements but its gradient, weight and ",
-              "direction have ", grads[t].size(), ", ", weights[t].size(), " and ",
-              directions[t].size());
+    const size_t direction = directions.empty() ? n : directions[t];
+    DGC_CHECK(grads[t].size() == n && weights[t] == n && direction == n, "tensor '", layout[t].name,
+              "' has ", n, " elements but its gradient, weight and ", "direction have ",
+              grads[t].size(), ", ", weights[t], " and ", direction);
   }
+}
+
+void DistributedStep::finish_step() {
+  const ExchangeBytes& last = exchange_->last();
+  counters_.total += last;
+  if (iteration_ >= warmup_iterations()) counters_.post_warmup += last;
+  ++iteration_;
+  counters_.timings.update = seconds_between(exchange_end_, Clock::now());
+}
+
+bool DistributedStep::exchange_phases(std::span<const std::span<float>> grads,
+                                      Clock::time_point start) {
   const int world = comm_.size();
   const bool dgc = options_.compression == Compression::kDgc;
 
-  // 1. Local gradients, checked before anything is changed.
+  // 1. Local gradients, checked before anything is changed. The squared norm only where it is
+  // needed before the compressor runs (local clipping, or the schedule's factor applied in
+  // place); otherwise a non-finite gradient shows in the copy into the dense buffer (dense-path
+  // tensors) or in the compressor's own pass (compressed tensors; its staged state is then
+  // discarded, as after an overflow of the velocity).
+  const double lr_factor = lr_factor_at(iteration_);
+  const bool clip = dgc && options_.clip_norm > 0;
+  bool local_ok = true;
   double total_squared = 0.0;
-  for (const auto& g : grads) total_squared += squared_norm(g);
-  bool local_ok = std::isfinite(total_squared);
+  if (clip || lr_factor != 1.0) {
+    for (const auto& g : grads) total_squared += squared_norm(g);
+    local_ok = std::isfinite(total_squared);
+  }
 
   // 2. Local clipping (DGC) and, with options.lr_in_velocity, the schedule's factor of this step,
   // in one pass; the dense buffer, compression.
-  const double lr_factor = lr_factor_at(iteration_);
   double factor = lr_factor;
-  if (local_ok && dgc && options_.clip_norm > 0) {
+  if (local_ok && clip) {
     const double c = clip_coefficient(
         total_squared, local_clip_limit(options_.clip_norm, world, options_.clip_scaling));
     if (c < 1.0) factor *= c;
@@ -221,15 +224,12 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
   if (local_ok && factor != 1.0) {
     for (const auto& g : grads) scale(g, static_cast<float>(factor));
   }
-  for (size_t j = 0; j < routing_.dense.size(); ++j) {
+  for (size_t j = 0; j < routing_.dense.size() && local_ok; ++j) {
     const auto g = grads[routing_.dense[j]];
-    const auto out = dense_path_.flat.begin() + static_cast<ptrdiff_t>(dense_path_.offsets[j]);
-    if (local_ok) {
-      std::copy(g.begin(), g.end(), out);
-    } else {
-      std::fill_n(out, g.size(), 0.0f);
-    }
+    local_ok =
+        kernels::copy_finite(g.data(), dense_path_.flat.data() + dense_path_.offsets[j], g.size());
   }
+  if (!local_ok) std::fill(dense_path_.flat.begin(), dense_path_.flat.end(), 0.0f);
   // The compressor's step is staged: the committed u, v and RNG stay as they are until the
   // exchange has told every rank that every gradient was finite (no copy of the state).
   if (compressor_) {
@@ -245,7 +245,8 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
                              tensors_.selections[group()]);
         }
       } catch (const NumericError&) {
-        // The velocity overflowed: report it like a bad gradient so every rank stops together.
+        // A non-finite gradient, or the velocity overflowed: report it like a bad gradient so
+        // every rank stops together.
         local_ok = false;
       }
     }
@@ -266,9 +267,9 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
       routing_.grouped ? std::span<float>() : std::span<float>(dense_path_.flat);
   const int bad_ranks = exchange_->run(static_cast<uint64_t>(iteration_), tensors_.selections,
                                        update_spans, dense_exchanged, local_ok, tensors_.unapplied);
-  const auto exchange_end = Clock::now();
-  counters_.timings.compress = seconds(start, exchange_start);
-  counters_.timings.exchange = seconds(exchange_start, exchange_end);
+  exchange_end_ = Clock::now();
+  counters_.timings.compress = seconds_between(start, exchange_start);
+  counters_.timings.exchange = seconds_between(exchange_start, exchange_end_);
 
   // 4. A bad gradient anywhere: nothing of the step is kept, on every rank.
   skips_.last_bad_ranks = bad_ranks;
@@ -281,12 +282,6 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
         "warm-up (--lr-warmup-epochs), and restart from the last checkpoint (--resume)");
     ++skips_.consecutive;
     ++skips_.total;
-    for (const auto& d : directions) std::fill(d.begin(), d.end(), 0.0f);
-    const ExchangeBytes& last = exchange_->last();
-    counters_.total += last;
-    if (iteration_ >= warmup_iterations()) counters_.post_warmup += last;
-    ++iteration_;
-    counters_.timings.update = seconds(exchange_end, Clock::now());
     return false;
   }
   skips_.consecutive = 0;
@@ -304,46 +299,6 @@ bool DistributedStep::run(std::span<const std::span<float>> grads,
     const double c = clip_coefficient(squared_norm(dense_path_.flat), options_.clip_norm);
     if (c < 1.0) scale(dense_path_.flat, static_cast<float>(c));
   }
-
-  // 5. The directions.
-  const auto m = static_cast<float>(options_.compressor.momentum.factor);
-  const bool nesterov = options_.compressor.momentum.nesterov;
-  const auto wd = static_cast<float>(options_.weight_decay * lr_factor);
-  if (!routing_.grouped) {
-    for (size_t j = 0; j < routing_.dense.size(); ++j) {
-      const float* w = weights[routing_.dense[j]].data();
-      float* out = directions[routing_.dense[j]].data();
-      const float* avg = dense_path_.flat.data() + dense_path_.offsets[j];
-      float* u = dense_path_.momentum[j].data();
-      const size_t n = dense_path_.momentum[j].size();
-      for (size_t e = 0; e < n; ++e) {
-        const float g = avg[e] + wd * w[e];
-        u[e] = m * u[e] + g;
-        out[e] = nesterov ? g + m * u[e] : u[e];
-      }
-    }
-  }
-  for (size_t i = 0; i < routing_.compressed.size(); ++i) {
-    compressed_direction(weights[routing_.compressed[i]].data(), tensors_.updates[i].data(),
-                         tensors_.decay_momentum[i].data(),
-                         directions[routing_.compressed[i]].data(), tensors_.updates[i].size(), m,
-                         wd, nesterov);
-  }
-  if (routing_.grouped) {
-    for (size_t j = 0; j < routing_.dense.size(); ++j) {
-      const size_t at = dense_path_.offsets[j];
-      compressed_direction(weights[routing_.dense[j]].data(), tensors_.updates[group()].data() + at,
-                           tensors_.decay_momentum[group()].data() + at,
-                           directions[routing_.dense[j]].data(), weights[routing_.dense[j]].size(),
-                           m, wd, nesterov);
-    }
-  }
-
-  const ExchangeBytes& last = exchange_->last();
-  counters_.total += last;
-  if (iteration_ >= warmup_iterations()) counters_.post_warmup += last;
-  ++iteration_;
-  counters_.timings.update = seconds(exchange_end, Clock::now());
   return true;
 }
 

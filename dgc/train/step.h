@@ -4,7 +4,11 @@
 // (python/) are two adapters over this one class, so both apply exactly the same policy.
 //
 // run(), on every rank:
-//   1. checks that the local gradient is finite (sum of squares), before any state is touched;
+//   1. checks that the local gradient is finite before any state is touched: by its sum of
+//      squares where clipping or options.lr_in_velocity needs it before the compressor runs,
+//      otherwise as it is read (dense-path tensors as they are copied into the flat buffer,
+//      compressed tensors in the compressor's staged pass, which leaves the committed state as
+//      it is);
 //   2. DGC: clips locally (local_clip_limit, in place in `grads`), then with
 //      options.lr_in_velocity scales them by lr_t / lr (lr_factor_at); dense-path tensors are
 //      copied into one flat buffer; then the Compressor's step per compressed tensor (momentum
@@ -38,6 +42,7 @@
 // Thread-safety: one DistributedStep per worker thread. The communicator must outlive it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <random>
 #include <span>
@@ -48,6 +53,7 @@
 #include "dgc/core/compressor.h"
 #include "dgc/exchange/exchange.h"
 #include "dgc/train/options.h"
+#include "dgc/train/step_kernels.h"
 
 namespace dgc::train {
 
@@ -101,6 +107,13 @@ class DistributedStep {
   // (w -= lr * 0 leaves w as it was) and the state is as before the step.
   bool run(std::span<const std::span<float>> grads, std::span<const std::span<const float>> weights,
            std::span<const std::span<float>> directions);
+  // The same step, with the directions applied to the weights in place at the step's learning
+  // rate, w -= update_lr_at(iteration()) * direction, and never stored: the weights end bit for
+  // bit as after run() and `w[e] -= lr * direction[e]`, in one pass over each weight and its
+  // momentum, and the update of a compressed tensor read only where the exchange wrote it.
+  // Returns false, the weights untouched, when the step was skipped (kSkip).
+  bool run_and_apply(std::span<const std::span<float>> grads,
+                     std::span<const std::span<float>> weights);
 
   // kSkip: the steps skipped so far (restored from checkpoints with set_skipped_steps), those in a
   // row up to the last step, and the number of ranks whose gradient was not finite at the last
@@ -172,6 +185,22 @@ class DistributedStep {
   void set_rng_state(const std::string& text);
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  }
+  // Throws dgc::InvalidArgument unless there is one gradient, weight (and, unless `directions` is
+  // empty, direction) per tensor of the layout, each of the tensor's size.
+  void check_sizes(std::span<const std::span<float>> grads, std::span<const size_t> weights,
+                   std::span<const size_t> directions) const;
+  // Phases 1 to 4 of run() (timed from `start`): false when the step is skipped (its counters
+  // advanced), true when it is kept (the state committed, the updates and the dense average
+  // ready for phase 5).
+  bool exchange_phases(std::span<const std::span<float>> grads, Clock::time_point start);
+  // After phase 5 (or a skip): byte counters, the iteration, the update's time.
+  void finish_step();
+  // m, wd (with the learning-rate factor of this iteration) and Nesterov for phase 5.
+  kernels::DirectionFactors direction_factors() const;
   // The factor run() at `iteration` scales the gradient (and the weight-decay term) by before they
   // enter the momentum: lr_t / lr with options.lr_in_velocity, else 1.
   double lr_factor_at(int64_t iteration) const;
@@ -216,6 +245,14 @@ class DistributedStep {
     std::vector<float> residual;
     std::vector<float> next_residual;
   } dense_path_;
+
+  // run_and_apply(): where the tensors lie in each update buffer, and their weights at the
+  // positions the exchange wrote.
+  struct SparseApplyBuffers {
+    std::vector<kernels::SparseApply::Segment> segments;
+    kernels::SparseApply apply;
+  } sparse_;
+  Clock::time_point exchange_end_;
 
   // Steps skipped on non-finite gradients (--on-nonfinite skip).
   struct Skips {
