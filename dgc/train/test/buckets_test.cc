@@ -2,6 +2,7 @@
 // for bit after every step (per-tensor selection; 1, 2 and 4 ranks; several caps; through the
 // density warm-up), through BucketedStep and through the libtorch optimizer's autograd hooks.
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <string>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
 #include "dgc/train/buckets.h"
+#include "dgc/train/checkpoint.h"
 #include "dgc/train/optimizer.h"
 
 namespace dgc::train {
@@ -232,6 +234,81 @@ INSTANTIATE_TEST_SUITE_P(Worlds, BucketsThroughHooks,
                          ::testing::Combine(::testing::Values(1, 2),
                                             ::testing::Values(Compression::kDgc,
                                                               Compression::kNone)));
+
+// Checkpoints are the same records with and without buckets: 3 steps with one cap, save, a fresh
+// optimizer with the other cap loads, 3 more steps equal 6 steps without buckets, bit for bit.
+class BucketsCheckpoint : public ::testing::TestWithParam<bool> {};  // the first half bucketed
+
+TEST_P(BucketsCheckpoint, ResumeWithAnotherCapEqualsTheUninterruptedRun) {
+  constexpr int kWorld = 2, kSteps = 6;
+  const bool bucketed_first = GetParam();
+  torch::manual_seed(23);
+  Net initial;
+  std::vector<torch::Tensor> inputs, targets;
+  for (int i = 0; i < kWorld * kSteps; ++i) {
+    inputs.push_back(torch::randn({4, 3, 8, 8}));
+    targets.push_back(torch::randint(0, 10, {4}));
+  }
+  std::vector<CheckpointFile> files(kWorld);
+  const auto run = [&](int from, int to, double cap_mb, bool load, bool save) {
+    std::vector<std::vector<torch::Tensor>> weights(kWorld);
+    comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+      Net net;
+      {
+        torch::NoGradGuard no_grad;
+        const auto from_params = initial.parameters(), to_params = net.parameters();
+        for (size_t i = 0; i < to_params.size(); ++i) to_params[i].copy_(from_params[i]);
+      }
+      OptimizerOptions options = step_options(Compression::kDgc, DensePath::kGrouped);
+      options.bucket_cap_mb = cap_mb;
+      DistributedOptimizer optimizer(comm, net, options);
+      EXPECT_EQ(optimizer.bucketed_step().bucket_count() > 1, cap_mb > 0);
+      if (load) optimizer.load(files[comm.rank()]);
+      for (int s = from; s < to; ++s) {
+        net.zero_grad();
+        const size_t at = static_cast<size_t>(s * kWorld + comm.rank());
+        torch::nn::functional::cross_entropy(net.forward(inputs[at]), targets[at]).backward();
+        optimizer.step();
+      }
+      if (save) {
+        files[comm.rank()] = CheckpointFile();
+        optimizer.save(files[comm.rank()]);
+      }
+      for (const auto& p : net.parameters()) weights[comm.rank()].push_back(p.detach().clone());
+    });
+    return weights;
+  };
+  const auto straight = run(0, kSteps, 0.0, false, false);
+  run(0, kSteps / 2, bucketed_first ? 0.01 : 0.0, false, true);
+  const auto resumed = run(kSteps / 2, kSteps, bucketed_first ? 0.0 : 0.01, true, false);
+  for (int r = 0; r < kWorld; ++r) {
+    for (size_t i = 0; i < straight[r].size(); ++i) {
+      EXPECT_TRUE(torch::equal(resumed[r][i], straight[r][i])) << "rank " << r << " tensor " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Order, BucketsCheckpoint, ::testing::Bool());
+
+// Ranks with another cap stop at the first bucket's handshake, every one of them.
+TEST(Buckets, RanksWithAnotherCapStopAtTheHandshake) {
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  comm::run_local(2, gloo_options(), [&](comm::Communicator& comm) {
+    OptimizerOptions options = step_options(Compression::kDgc, DensePath::kGrouped);
+    options.bucket_cap_mb = comm.rank() == 0 ? 0.001 : 0.02;
+    try {
+      BucketedStep step(comm, model_shapes(), options);
+    } catch (const MismatchError& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      messages.push_back(e.what());
+    }
+  });
+  ASSERT_EQ(messages.size(), 2u);
+  for (const auto& message : messages) {
+    EXPECT_NE(message.find("bucket_cap_mb"), std::string::npos) << message;
+  }
+}
 
 }  // namespace
 }  // namespace dgc::train
