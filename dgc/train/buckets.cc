@@ -143,7 +143,9 @@ BucketedStep::BucketedStep(
   bucket_taken_.assign(steps_.size(), 0);
 }
 
-BucketedStep::~BucketedStep() {
+BucketedStep::~BucketedStep() { stop(); }
+
+void BucketedStep::stop() {
   if (!thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -151,6 +153,18 @@ BucketedStep::~BucketedStep() {
   }
   cv_.notify_all();
   thread_.join();
+  // Ready for a new step (a later gradient_ready() starts the thread again).
+  std::lock_guard<std::mutex> lock(mutex_);
+  stop_ = false;
+  error_ = nullptr;
+  end_step_locked();
+}
+
+void BucketedStep::end_step_locked() {
+  std::fill(given_.ready.begin(), given_.ready.end(), uint8_t{0});
+  for (size_t b = 0; b < steps_.size(); ++b) missing_[b] = plan_.buckets[b].size();
+  next_ = 0;
+  active_ = false;
 }
 
 bool BucketedStep::compresses() const {
@@ -289,28 +303,22 @@ bool BucketedStep::finish() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   bool taken = true;
-  if (steps_.size() == 1) {
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t t = 0; t < layout_.size(); ++t) {
       DGC_CHECK(given_.ready[t], "finish() before the gradient of tensor '", layout_[t].name,
                 "' was given");
     }
-    std::fill(given_.ready.begin(), given_.ready.end(), uint8_t{0});
-    missing_[0] = layout_.size();
-    active_ = false;
+  }
+  if (steps_.size() == 1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    end_step_locked();
   } else {
     std::exception_ptr error;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      for (size_t t = 0; t < layout_.size(); ++t) {
-        DGC_CHECK(given_.ready[t], "finish() before the gradient of tensor '", layout_[t].name,
-                  "' was given");
-      }
       cv_.wait(lock, [&] { return next_ == steps_.size(); });
-      std::fill(given_.ready.begin(), given_.ready.end(), uint8_t{0});
-      for (size_t b = 0; b < steps_.size(); ++b) missing_[b] = plan_.buckets[b].size();
-      next_ = 0;
-      active_ = false;
+      end_step_locked();
       error = error_;
       error_ = nullptr;
     }

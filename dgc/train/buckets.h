@@ -99,6 +99,10 @@ class BucketedStep {
            std::span<const std::span<float>> directions);
   // Whether a step is in flight (a gradient_ready() since the last finish()).
   bool in_flight() const;
+  // Stops the communication thread once the bucket it runs (if any) has ended; a step in flight is
+  // abandoned. For an owner that is going away while a step may be in flight (the spans it gave
+  // die with it); the destructor does the same.
+  void stop();
 
   size_t bucket_count() const { return steps_.size(); }
   const BucketPlan& plan() const { return plan_; }
@@ -149,6 +153,7 @@ class BucketedStep {
   void run_bucket(size_t b);
   void ensure_thread();
   void plan_rng();
+  void end_step_locked();  // no step in flight (under mutex_)
 
   BucketPlan plan_;
   std::vector<TensorSpec> layout_;

@@ -81,6 +81,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
 
 DistributedOptimizer::~DistributedOptimizer() {
   for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+  step_.stop();  // before the gradients and directions it may still read go
 }
 
 void DistributedOptimizer::gradient_ready(size_t i) {
