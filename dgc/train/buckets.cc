@@ -297,6 +297,7 @@ void BucketedStep::run_bucket(size_t b) {
               " drew another number of random numbers than its plan: the bucketed step would "
               "differ from the unbucketed one (bucket_rng_draws is out of date)");
   }
+  if (bucket_done_ && bucket_taken_[b]) bucket_done_(b);
 }
 
 bool BucketedStep::finish() {

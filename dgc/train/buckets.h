@@ -41,6 +41,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -97,6 +98,11 @@ class BucketedStep {
   // gradient_ready() in backward order and finish().
   bool run(std::span<const std::span<float>> grads, std::span<const std::span<const float>> weights,
            std::span<const std::span<float>> directions);
+  // With more than one bucket: called on the communication thread after each bucket's step was
+  // taken, with the bucket's index (its directions are final; the caller may apply them while the
+  // backward pass goes on, since no later part of it reads the bucket's weights). Set it before
+  // the first step.
+  void on_bucket_done(std::function<void(size_t)> callback) { bucket_done_ = std::move(callback); }
   // Whether a step is in flight (a gradient_ready() since the last finish()).
   bool in_flight() const;
   // Stops the communication thread once the bucket it runs (if any) has ended; a step in flight is
@@ -184,6 +190,7 @@ class BucketedStep {
   size_t next_ = 0;  // the next bucket to run
   std::exception_ptr error_;
   std::vector<uint8_t> bucket_taken_;
+  std::function<void(size_t)> bucket_done_;
 
   ExchangeBytes last_bytes_, total_bytes_, post_warmup_bytes_;
   StepTimings timings_;

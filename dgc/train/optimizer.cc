@@ -76,7 +76,20 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
               }));
       hooks_.emplace_back(std::move(accumulator), key);
     }
+    // Each bucket's weights are updated as soon as its directions are final, during backward.
+    step_.on_bucket_done([this](size_t b) {
+      const DistributedStep& bucket = step_.bucket(b);
+      const auto lr = static_cast<float>(bucket.update_lr_at(bucket.iteration() - 1));
+      for (const size_t i : step_.plan().buckets[b]) update_weight(i, lr);
+    });
   }
+}
+
+void DistributedOptimizer::update_weight(size_t i, float lr) {
+  float* w = params_[i].tensor.data_ptr<float>();
+  const float* d = directions_[i].data();
+  const size_t n = directions_[i].size();
+  for (size_t e = 0; e < n; ++e) w[e] -= lr * d[e];
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -138,13 +151,10 @@ bool DistributedOptimizer::step() {
   }
 
   // The update, at the learning rate of the step just taken.
-  torch::NoGradGuard no_grad;
+  // (With buckets each bucket's weights were updated when it was done.)
   const auto lr = static_cast<float>(step_.update_lr_at(step_.iteration() - 1));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    float* w = params_[i].tensor.data_ptr<float>();
-    const float* d = directions_[i].data();
-    const size_t n = directions_[i].size();
-    for (size_t e = 0; e < n; ++e) w[e] -= lr * d[e];
+  if (step_.bucket_count() == 1) {
+    for (size_t i = 0; i < params_.size(); ++i) update_weight(i, lr);
   }
   timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
   timings_.exchange = t.exchange;

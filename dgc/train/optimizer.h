@@ -5,7 +5,7 @@
 // driven in gradient buckets (buckets.h, options.bucket_cap_mb): with more than one bucket an
 // autograd hook on every parameter hands its gradient to the step as soon as the backward pass has
 // accumulated it, and each bucket's compression and exchange run while the backward pass goes on;
-// step() gives what no hook gave, waits for the buckets and updates the weights. Per
+// each bucket updates its weights when done; step() gives what no hook gave and waits. Per
 // step it reads every parameter's .grad (undefined = zero), lets the DistributedStep turn the
 // local gradients of all ranks into one direction per parameter (clipping, compression, the
 // exchange, momentum, weight decay; see step.h), and applies w -= lr * direction at the scheduled
@@ -122,6 +122,7 @@ class DistributedOptimizer {
     torch::Tensor tensor;  // index in params_ == index in layout()
   };
   static std::vector<Param> collect_parameters(torch::nn::Module& model);
+  void update_weight(size_t i, float lr);  // w -= lr * direction of parameter i
   static std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(
       const std::vector<Param>& params);
 
