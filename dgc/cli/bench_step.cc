@@ -19,11 +19,11 @@
 //
 // Timing: before each step a barrier (untimed); every rank times its own step(); the step's time
 // is the slowest rank's, the reported figure the median over `steps` timed steps (after
-// `untimed_iterations` untimed ones). The time per training step is
+// `untimed_iterations` untimed ones). Without --replay the time per training step is
 //   step_seconds = compute_seconds + that median,
 // where compute_seconds stands for the forward and backward pass on an accelerator (a setting;
-// see kComputeSeconds for the defaults and their sources): the optimizer step runs after the
-// backward pass, not overlapped with it, in this implementation as in the paper's.
+// see kComputeSeconds for the defaults and their sources): the optimizer step after the backward
+// pass, not overlapped with it, as in the paper; with --replay it is the median itself.
 // Scaling efficiency = N-rank throughput / (N x one-rank throughput) = step_1 / step_N, where
 // step_1 is measured in this process on a world of one (compute + the local optimizer step,
 // nothing on the wire) before the N-rank runs.
