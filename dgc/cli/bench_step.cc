@@ -9,23 +9,31 @@
 // collectives, decode) and the weight update; with --compression none for the dense baseline.
 // Density d from the first step (no warm-up: these are steps of a run past its warm-up).
 //
+// With --replay the forward and backward passes are replayed instead: after the barrier the
+// gradients become ready one by one in backward order (the last tensor first), tensor i at
+// compute_seconds x (forward FLOPs of the tensors from i to the last) / (the model's forward FLOPs)
+// (train::forward_flops: the backward pass takes about twice each layer's forward FLOPs, the same
+// proportions); the timed step runs from the start of that replay to the end of step(), and holds
+// the compute. Dense and DGC run twice each: one message after the backward pass (bucket cap 0),
+// and in gradient buckets of --bucket-cap-mb overlapped with the replay (dgc/train/buckets.h).
+//
 // Timing: before each step a barrier (untimed); every rank times its own step(); the step's time
 // is the slowest rank's, the reported figure the median over `steps` timed steps (after
-// `untimed_iterations` untimed ones). The time per training step is
+// `untimed_iterations` untimed ones). Without --replay the time per training step is
 //   step_seconds = compute_seconds + that median,
 // where compute_seconds stands for the forward and backward pass on an accelerator (a setting;
-// see kComputeSeconds for the defaults and their sources): the optimizer step runs after the
-// backward pass, not overlapped with it, in this implementation as in the paper's.
+// see kComputeSeconds for the defaults and their sources): the optimizer step after the backward
+// pass, not overlapped with it, as in the paper; with --replay it is the median itself.
 // Scaling efficiency = N-rank throughput / (N x one-rank throughput) = step_1 / step_N, where
 // step_1 is measured in this process on a world of one (compute + the local optimizer step,
 // nothing on the wire) before the N-rank runs.
 //
-// The step's own work (compress + update: everything but the exchange, slowest rank, medians) is
-// printed against two figures rank 0 measures in the same process on the same number of elements
-// (bench_step_bounds.h), one pass after each step (after the timings are gathered, before the
-// next barrier): DGC's against the core's fused step (Compressor::step on one tensor of all the
-// elements), the dense optimizer's against its streaming bound (one pass of momentum SGD with
-// weight decay over g, u and w).
+// Without --replay, the step's own work (compress + update: everything but the exchange, slowest
+// rank, medians) is printed against two figures rank 0 measures in the same process on the same
+// number of elements (bench_step_bounds.h), one pass after each step (after the timings are
+// gathered, before the next barrier): DGC's against the core's fused step (Compressor::step on
+// one tensor of all the elements), the dense optimizer's against its streaming bound (one pass of
+// momentum SGD with weight decay over g, u and w).
 //
 // Launch: `--workers N` threads in this process over Gloo (default 4); one rank per process under
 // mpirun or with torchrun variables (bench/slow_network.sh --bench step). Rank 0 prints.
@@ -39,12 +47,14 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "dgc/cli/bench_step.h"
 #include "dgc/cli/bench_step_bounds.h"
 #include "dgc/cli/commands.h"
 #include "dgc/cli/statistics.h"
@@ -55,6 +65,10 @@
 
 namespace dgc::cli {
 namespace {
+
+using bench_step::BenchStepOptions;
+using bench_step::Measured;
+using bench_step::Row;
 
 // Default compute time per step (forward + backward on one accelerator), seconds. Sources:
 //   resnet50, vgg16, alexnet: the training throughput (images/s, batch 30, SGD) of the MXNet
@@ -75,23 +89,6 @@ const std::map<std::string, double>& default_compute_seconds() {
   return seconds;
 }
 
-struct BenchStepOptions {
-  std::vector<std::string> models = {"resnet50"};
-  double compute_seconds = -1.0;  // < 0: the model's default
-  int workers = 0;                // local threads (0: 4); under a launcher: must match if given
-  int steps = 5;
-  int untimed_iterations = 1;
-  int variants = 2;
-  double density = 0.001;
-  std::string link = "loopback";  // label for the output
-  double bandwidth_gbit = 0.0;    // > 0: report the wire time at this rate
-  std::string hostname;
-  double timeout_seconds = 300.0;
-  uint64_t seed = 1;
-  bool skip_single = false;  // skip the one-rank baseline (scaling efficiency not reported)
-  bool json = false;
-};
-
 // A module that only holds parameters of the given names and shapes.
 struct ShapeModule : torch::nn::Module {
   explicit ShapeModule(const std::vector<train::NamedShape>& shapes, uint64_t seed) {
@@ -110,24 +107,14 @@ struct ShapeModule : torch::nn::Module {
   std::vector<torch::Tensor> params;
 };
 
-struct Measured {
-  double step = 0.0;      // median of the slowest rank's optimizer step
-  double compress = 0.0;  // medians of the slowest rank's parts
-  double exchange = 0.0;
-  double update = 0.0;
-  // Rank 0: the median of its bound (StepBounds: the core's fused step for DGC, the streaming
-  // bound for dense), one pass after each step.
-  double bound = 0.0;
-  // The last step's bytes on this rank (rank 0's in the output; the collectives are symmetric
-  // across ranks).
-  ExchangeBytes bytes;
-};
-
 // Runs the steps of one configuration on this rank (collective). The result is the same on every
 // rank.
+// `ready_at`: empty, or with replay when each tensor's gradient is ready, in seconds after the
+// start of the backward pass; `cap_mb`: the bucket cap (0: one message).
 Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>& shapes,
                  train::Compression compression, const BenchStepOptions& o,
-                 const std::string& model, StepBounds* bounds = nullptr) {
+                 const std::string& model, const std::vector<double>& ready_at = {},
+                 double cap_mb = 0.0, StepBounds* bounds = nullptr) {
   ShapeModule module(shapes, o.seed);
   std::vector<std::vector<torch::Tensor>> variants(static_cast<size_t>(o.variants));
   for (int v = 0; v < o.variants; ++v) {
@@ -148,28 +135,39 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   options.lr.decay = LearningRateSchedule::Decay::kConstant;
   options.compressor.seed = o.seed;
   options.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
+  options.bucket_cap_mb = cap_mb;
   train::DistributedOptimizer optimizer(comm, module, options, "model=" + model);
 
   const int world = comm.size();
-  std::vector<double> steps, compress, exchange, update, bound;
+  std::vector<double> steps, compress, exchange, update, wait, bound;
   Measured m;
+  m.buckets = optimizer.bucketed_step().bucket_count();
   for (int s = 0; s < o.untimed_iterations + o.steps; ++s) {
     const auto& grads = variants[static_cast<size_t>(s % o.variants)];
-    for (size_t i = 0; i < module.params.size(); ++i) module.params[i].mutable_grad() = grads[i];
+    if (ready_at.empty()) {
+      for (size_t i = 0; i < module.params.size(); ++i) module.params[i].mutable_grad() = grads[i];
+    }
     comm.barrier();
     const auto start = std::chrono::steady_clock::now();
+    // The replayed backward pass: every gradient at its time, last tensor first.
+    for (size_t i = ready_at.size(); i-- > 0;) {
+      std::this_thread::sleep_until(start + std::chrono::duration<double>(ready_at[i]));
+      module.params[i].mutable_grad() = grads[i];
+      optimizer.gradient_ready(i);
+    }
     optimizer.step();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // The slowest rank's times, outside the timing.
     const auto& t = optimizer.last_timings();
     const auto& b = optimizer.last_bytes();
-    std::vector<float> all(static_cast<size_t>(4 * world), 0.0f);
+    std::vector<float> all(static_cast<size_t>(5 * world), 0.0f);
     const size_t r = static_cast<size_t>(comm.rank());
     all[r] = static_cast<float>(seconds);
     all[world + r] = static_cast<float>(t.compress);
     all[2 * world + r] = static_cast<float>(t.exchange);
     all[3 * world + r] = static_cast<float>(t.update);
+    all[4 * world + r] = static_cast<float>(optimizer.last_wait_seconds());
     comm.allreduce_sum(all);
     double bound_seconds = 0.0;
     if (bounds != nullptr) {
@@ -184,6 +182,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
     compress.push_back(column_max(1));
     exchange.push_back(column_max(2));
     update.push_back(column_max(3));
+    wait.push_back(column_max(4));
     bound.push_back(bound_seconds);
     m.bytes = b;
   }
@@ -191,105 +190,9 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   m.compress = median(compress);
   m.exchange = median(exchange);
   m.update = median(update);
+  m.wait = median(wait);
   m.bound = median(bound);
   return m;
-}
-
-struct Row {
-  std::string model;
-  int64_t parameters = 0;
-  int workers = 0;
-  double compute = 0.0;
-  bool compute_default = false;
-  Measured dense, dgc;
-  std::optional<Measured> dense_single, dgc_single;
-};
-
-void print(const Row& r, const BenchStepOptions& o) {
-  const double dense_step = r.compute + r.dense.step;
-  const double dgc_step = r.compute + r.dgc.step;
-  std::optional<double> eff_dense, eff_dgc;
-  if (r.dense_single) eff_dense = (r.compute + r.dense_single->step) / dense_step;
-  if (r.dgc_single) eff_dgc = (r.compute + r.dgc_single->step) / dgc_step;
-  // The optimizer step's own work (everything but the exchange), slowest rank, medians.
-  const double dgc_own = r.dgc.compress + r.dgc.update;
-  const double dense_own = r.dense.compress + r.dense.update;
-  const double gbit = o.bandwidth_gbit;
-  const auto wire = [&](const Measured& m) {
-    return gbit > 0
-               ? 8.0 * static_cast<double>(std::max(m.bytes.wire_sent, m.bytes.wire_received)) /
-                     (gbit * 1e9)
-               : 0.0;
-  };
-  if (o.json) {
-    const auto optional = [](const std::optional<double>& v) {
-      return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
-    };
-    nlohmann::ordered_json j = {
-        {"benchmark", "step"},
-        {"model", r.model},
-        {"parameters", r.parameters},
-        {"workers", r.workers},
-        {"link", o.link},
-        {"density", o.density},
-        {"compute_seconds", r.compute},
-        {"compute_seconds_default", r.compute_default},
-        {"step_seconds_dense", dense_step},
-        {"step_seconds_dgc", dgc_step},
-        {"speedup", dense_step / dgc_step},
-        {"wire_bytes_sent_per_rank", r.dgc.bytes.wire_sent},
-        {"wire_bytes_received_per_rank", r.dgc.bytes.wire_received},
-        {"dense_wire_bytes_per_rank", r.dense.bytes.wire_sent},
-        {"message_bytes", r.dgc.bytes.message},
-        {"dense_gradient_bytes", r.dgc.bytes.dense_gradient},
-        {"compression_ratio", r.dgc.bytes.message > 0
-                                  ? static_cast<double>(r.dgc.bytes.dense_gradient) /
-                                        static_cast<double>(r.dgc.bytes.message)
-                                  : 0.0},
-        {"scaling_efficiency_dense", optional(eff_dense)},
-        {"scaling_efficiency_dgc", optional(eff_dgc)},
-        {"dgc_compress_seconds", r.dgc.compress},
-        {"dgc_exchange_seconds", r.dgc.exchange},
-        {"dgc_update_seconds", r.dgc.update},
-        {"dense_exchange_seconds", r.dense.exchange},
-        {"dense_other_seconds", r.dense.compress + r.dense.update},
-        {"dgc_own_seconds", dgc_own},
-        {"core_step_seconds", r.dgc.bound},
-        {"dgc_own_ratio_to_core_step", dgc_own / r.dgc.bound},
-        {"dense_bound_seconds", r.dense.bound},
-        {"dense_own_ratio_to_bound", dense_own / r.dense.bound},
-    };
-    if (gbit > 0) {
-      j["bandwidth_gbit"] = gbit;
-      j["dgc_wire_seconds"] = wire(r.dgc);
-      j["dgc_waiting_seconds"] = std::max(0.0, r.dgc.exchange - wire(r.dgc));
-      j["dense_wire_seconds"] = wire(r.dense);
-    }
-    std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("%s (%lld parameters), %d workers, link %s, compute %.3f s%s\n", r.model.c_str(),
-                static_cast<long long>(r.parameters), r.workers, o.link.c_str(), r.compute,
-                r.compute_default ? " (default)" : "");
-    std::printf("  step: dense %.4f s, DGC %.4f s, speedup %.2fx\n", dense_step, dgc_step,
-                dense_step / dgc_step);
-    std::printf(
-        "  DGC step parts (slowest rank, median): compress %.4f s, exchange %.4f s, update "
-        "%.4f s; dense exchange %.4f s\n",
-        r.dgc.compress, r.dgc.exchange, r.dgc.update, r.dense.exchange);
-    std::printf("  per rank and step: DGC sent %llu B on the wire (message %llu B), dense %llu B\n",
-                static_cast<unsigned long long>(r.dgc.bytes.wire_sent),
-                static_cast<unsigned long long>(r.dgc.bytes.message),
-                static_cast<unsigned long long>(r.dense.bytes.wire_sent));
-    std::printf(
-        "  own work (compress + update): DGC %.4f s = %.2fx the core's fused step on the same "
-        "elements (%.4f s); dense %.4f s = %.2fx its streaming bound (%.4f s)\n",
-        dgc_own, dgc_own / r.dgc.bound, r.dgc.bound, dense_own, dense_own / r.dense.bound,
-        r.dense.bound);
-    if (eff_dense && eff_dgc) {
-      std::printf("  scaling efficiency: dense %.3f, DGC %.3f\n", *eff_dense, *eff_dgc);
-    }
-  }
-  std::fflush(stdout);
 }
 
 void validate(const BenchStepOptions& o) {
@@ -313,12 +216,26 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
     row.workers = comm.size();
     row.compute_default = o.compute_seconds < 0;
     row.compute = row.compute_default ? default_compute_seconds().at(model) : o.compute_seconds;
-    std::unique_ptr<StepBounds> bounds;  // rank 0's
-    if (comm.rank() == 0) {
-      CompressionOptions compressor;  // as measure() configures the step's compressor
-      compressor.seed = o.seed;
-      bounds = std::make_unique<StepBounds>(row.parameters, o.density, compressor, o.variants,
-                                            o.seed + 1);
+    if (o.replay) {
+      // The backward pass in proportion to each layer's forward FLOPs: tensor i's gradient is
+      // ready once the layers after it and its own have run.
+      const std::vector<double> flops = train::forward_flops(model);
+      double total = 0.0;
+      for (const double f : flops) total += f;
+      std::vector<double> ready_at(flops.size());
+      double done = 0.0;
+      for (size_t i = flops.size(); i-- > 0;) {
+        done += flops[i];
+        ready_at[i] = row.compute * done / total;
+      }
+      row.dense_one_message = measure(comm, shapes, train::Compression::kNone, o, model, ready_at);
+      row.dense =
+          measure(comm, shapes, train::Compression::kNone, o, model, ready_at, o.bucket_cap_mb);
+      row.dgc_one_message = measure(comm, shapes, train::Compression::kDgc, o, model, ready_at);
+      row.dgc =
+          measure(comm, shapes, train::Compression::kDgc, o, model, ready_at, o.bucket_cap_mb);
+      if (comm.rank() == 0) bench_step::print(row, o);
+      continue;
     }
     if (!o.skip_single && comm.rank() == 0) {
       // The one-rank baseline: a world of one in this process, nothing on the wire.
@@ -329,9 +246,16 @@ void run_models(comm::Communicator& comm, const BenchStepOptions& o, int threads
         row.dgc_single = measure(single, shapes, train::Compression::kDgc, o, model);
       });
     }
-    row.dense = measure(comm, shapes, train::Compression::kNone, o, model, bounds.get());
-    row.dgc = measure(comm, shapes, train::Compression::kDgc, o, model, bounds.get());
-    if (comm.rank() == 0) print(row, o);
+    std::unique_ptr<StepBounds> bounds;  // rank 0's
+    if (comm.rank() == 0) {
+      CompressionOptions compressor;  // as measure() configures the step's compressor
+      compressor.seed = o.seed;
+      bounds = std::make_unique<StepBounds>(row.parameters, o.density, compressor, o.variants,
+                                            o.seed + 1);
+    }
+    row.dense = measure(comm, shapes, train::Compression::kNone, o, model, {}, 0.0, bounds.get());
+    row.dgc = measure(comm, shapes, train::Compression::kDgc, o, model, {}, 0.0, bounds.get());
+    if (comm.rank() == 0) bench_step::print(row, o);
   }
 }
 
@@ -390,6 +314,15 @@ void add_bench_step(CLI::App& bench) {
   cmd->add_flag("--no-single", o->skip_single,
                 "Skip the one-rank baseline (no scaling efficiency)");
   cmd->add_flag("--json", o->json, "One JSON object per model");
+  cmd->add_flag("--replay", o->replay,
+                "Replay the backward pass: each gradient at its time in backward order, the "
+                "compute spread over the layers in proportion to their forward FLOPs; dense and "
+                "DGC each with one message after the backward pass and in buckets overlapped "
+                "with it (no one-rank baseline)");
+  cmd->add_option("--bucket-cap-mb", o->bucket_cap_mb,
+                  "With --replay: the overlapped runs' gradient bucket cap (MB, as DDP's)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([o] {
     if (std::find(o->models.begin(), o->models.end(), "all") != o->models.end()) {
       o->models = train::model_shape_names();

@@ -163,6 +163,15 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
         } else {
           std::printf("  compression none (dense baseline)\n");
         }
+        if (info.buckets > 1) {
+          std::printf(
+              "  %lld gradient buckets of about %g MB, each exchanged during the backward "
+              "pass once its gradients are ready\n",
+              static_cast<long long>(info.buckets), opt.bucket_cap_mb);
+        } else if (!info.one_message_reason.empty()) {
+          std::printf("  one message after the backward pass: %s\n",
+                      info.one_message_reason.c_str());
+        }
         std::string clip;
         if (opt.clip_norm > 0 && opt.compression == train::Compression::kDgc) {
           clip = detail::concat(", clip norm ", opt.clip_norm, " (", to_string(opt.clip_scaling),

@@ -158,6 +158,15 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "(Ok-Topk-style; what is not applied stays in the residual) or auto")
       ->check(CLI::IsMember(names_of(kExchangeAlgorithmNames)))
       ->capture_default_str();
+  opt.bucket_cap_mb = 25.0;  // dgc train's default, as DDP's (the library's is 0: one message)
+  sub.add_option("--bucket-cap-mb", opt.bucket_cap_mb,
+                 "Gradient buckets of about this many MB (fp32), in the reverse of the "
+                 "parameters' order, as PyTorch DDP's bucket_cap_mb: each bucket's compression and "
+                 "exchange (with --compression none its allreduce) start during the backward pass "
+                 "once its gradients are ready; 0: one message after the backward pass. Global "
+                 "selection, clipping and --on-nonfinite skip always send one message")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   // fp16 and bf16 are experiments (--set dense_path=fp16|bf16); the flag still takes them, as a
   // deprecated spelling, and lists the others.
   sub.add_option("--dense-path", cmd.dense_path,

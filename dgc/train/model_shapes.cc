@@ -1,5 +1,7 @@
 #include "dgc/train/model_shapes.h"
 
+#include <string>
+
 #include "dgc/core/error.h"
 
 namespace dgc::train {
@@ -113,7 +115,55 @@ std::vector<NamedShape> cnn() {
   return out;
 }
 
+// The output positions (height x width) of the layer a tensor of `model` belongs to.
+int64_t output_positions(const std::string& model, const std::string& name) {
+  const auto starts = [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; };
+  const auto square = [](int64_t side) { return side * side; };
+  if (model == "resnet50") {
+    if (starts("conv1") || starts("bn1")) return square(112);
+    if (starts("fc")) return 1;
+    // layerL.B.part: layer L works at 56 / 2^(L-1); the first block of layers 2-4 reduces in its
+    // 3x3 convolution (torchvision), so its first 1x1 convolution runs at the input's size.
+    const int layer = name[5] - '0';
+    int64_t side = int64_t{56} >> (layer - 1);
+    const bool first_block = name.compare(6, 3, ".0.") == 0;
+    if (layer > 1 && first_block &&
+        (name.find(".conv1.") != std::string::npos || name.find(".bn1.") != std::string::npos))
+      side *= 2;
+    return square(side);
+  }
+  if (model == "alexnet") {
+    if (starts("features.0.")) return square(55);
+    if (starts("features.3.")) return square(27);
+    if (starts("features.")) return square(13);
+    return 1;
+  }
+  if (model == "vgg16") {
+    if (!starts("features.")) return 1;
+    const int index = std::stoi(name.substr(9));
+    const int stage = index < 4 ? 0 : index < 9 ? 1 : index < 16 ? 2 : index < 23 ? 3 : 4;
+    return square(int64_t{224} >> stage);
+  }
+  if (model == "cnn") {
+    if (starts("conv1")) return square(28);
+    if (starts("conv2")) return square(14);
+    return 1;
+  }
+  return 1;  // lstm-ptb: every weight once per time step
+}
+
 }  // namespace
+
+std::vector<double> forward_flops(const std::string& model) {
+  std::vector<double> flops;
+  for (const auto& [name, shape] : model_shapes(model)) {
+    int64_t n = 1;
+    for (const int64_t d : shape) n *= d;
+    flops.push_back(2.0 * static_cast<double>(n) *
+                    static_cast<double>(output_positions(model, name)));
+  }
+  return flops;
+}
 
 const std::vector<std::string>& model_shape_names() {
   static const std::vector<std::string> names = {"resnet50", "alexnet", "vgg16", "lstm-ptb", "cnn"};

@@ -34,4 +34,12 @@ std::vector<NamedShape> model_shapes(const std::string& model);
 // Elements of all tensors.
 int64_t parameter_count(const std::vector<NamedShape>& shapes);
 
+// Forward FLOPs of each tensor of model_shapes(model) for one example: 2 x its elements x the
+// output positions of its layer (a convolution's output height x width at the model's input size,
+// 224 x 224 for the ImageNet models and 28 x 28 for cnn; 1 for linear layers and for lstm-ptb,
+// whose weights all run once per time step). BatchNorm and bias tensors count the same way, for
+// their small share. The backward pass takes about twice the forward FLOPs of each layer, so these
+// are also the proportions of a backward pass (`dgc bench step --replay`).
+std::vector<double> forward_flops(const std::string& model);
+
 }  // namespace dgc::train

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
 #include "dgc/core/bytes.h"
@@ -48,11 +49,75 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
       model_(model),
       params_(collect_parameters(model)),
       step_(comm, named_shapes(params_), std::move(options), run_settings) {
+  // Directions are stored only with buckets: one bucket applies them in the step's own pass.
+  if (step_.bucket_count() > 1) {
+    for (const auto& p : params_) directions_.emplace_back(static_cast<size_t>(p.tensor.numel()));
+  }
+
   // The initial broadcast: every rank starts from rank 0's model.
   std::vector<std::span<float>> spans;
   for (auto& p : params_) spans.push_back(float_span(p.tensor));
   broadcast_parameters(comm_, spans, step_.options().timeout);
   synchronize_buffers();
+
+  grads_.resize(params_.size());
+  given_.assign(params_.size(), 0);
+  if (step_.bucket_count() > 1) {
+    // As DDP's reducer: a hook after the gradient accumulator of every parameter, which runs once
+    // per backward pass when the parameter's .grad holds its gradient.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::shared_ptr<torch::autograd::Node> accumulator =
+          torch::autograd::impl::grad_accumulator(params_[i].tensor);
+      DGC_CHECK(accumulator != nullptr, "parameter '", params_[i].name,
+                "' does not require a gradient");
+      const uintptr_t key =
+          accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+              [this, i](const torch::autograd::variable_list& outputs,
+                        const torch::autograd::variable_list&) {
+                gradient_ready(i);
+                return outputs;
+              }));
+      hooks_.emplace_back(std::move(accumulator), key);
+    }
+    // Each bucket's weights are updated as soon as its directions are final, during backward.
+    step_.on_bucket_done([this](size_t b) {
+      const DistributedStep& bucket = step_.bucket(b);
+      const auto lr = static_cast<float>(bucket.update_lr_at(bucket.iteration() - 1));
+      for (const size_t i : step_.plan().buckets[b]) update_weight(i, lr);
+    });
+  }
+}
+
+void DistributedOptimizer::update_weight(size_t i, float lr) {
+  float* w = params_[i].tensor.data_ptr<float>();
+  const float* d = directions_[i].data();
+  const size_t n = directions_[i].size();
+  for (size_t e = 0; e < n; ++e) w[e] -= lr * d[e];
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
+  step_.stop();  // before the gradients and directions it may still read go
+}
+
+void DistributedOptimizer::gradient_ready(size_t i) {
+  DGC_CHECK_LT(i, params_.size(), "parameter index");
+  torch::Tensor g = params_[i].tensor.grad();
+  if (!g.defined()) {
+    g = torch::zeros_like(params_[i].tensor);
+  } else {
+    DGC_CHECK(g.scalar_type() == torch::kFloat32 && g.device().is_cpu(), "gradient of '",
+              params_[i].name, "' must be float32 on the CPU");
+    g = g.contiguous();
+  }
+  DGC_CHECK(!given_[i], "the gradient of '", params_[i].name,
+            "' was handed to the step twice: with gradient buckets every backward pass must be "
+            "followed by one step() (or set --bucket-cap-mb 0)");
+  given_[i] = 1;
+  grads_[i] = g;
+  if (step_.bucket_count() > 1) {
+    step_.gradient_ready(i, float_span(g), float_span(params_[i].tensor), directions_[i]);
+  }
 }
 
 double DistributedOptimizer::learning_rate() const {
@@ -66,32 +131,58 @@ int64_t DistributedOptimizer::warmup_iterations() const { return step_.warmup_it
 bool DistributedOptimizer::step() {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  std::vector<torch::Tensor> grads(params_.size());
-  std::vector<std::span<float>> grad_spans;
-  std::vector<std::span<float>> weight_spans;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor g = params_[i].tensor.grad();
-    if (!g.defined()) {
-      g = torch::zeros_like(params_[i].tensor);
-    } else {
-      DGC_CHECK(g.scalar_type() == torch::kFloat32 && g.device().is_cpu(), "gradient of '",
-                params_[i].name, "' must be float32 on the CPU");
-      g = g.contiguous();
-    }
-    grads[i] = g;
-    grad_spans.push_back(float_span(g));
-    weight_spans.push_back(float_span(params_[i].tensor));
+  // Backward order: what no hook gave (all of it without buckets).
+  for (size_t i = params_.size(); i-- > 0;) {
+    if (!given_[i]) gradient_ready(i);
   }
+  std::fill(given_.begin(), given_.end(), uint8_t{0});
   const auto run_start = Clock::now();
-  // The step and the update w -= lr * direction at the learning rate of the step, in one pass
-  // (skipped on every rank: the weights stay as they are).
-  torch::NoGradGuard no_grad;
-  const bool taken = step_.run_and_apply(grad_spans, weight_spans);
+  if (step_.bucket_count() == 1) {
+    // The step and the update w -= lr * direction at the step's learning rate in one pass
+    // (skipped on every rank: the weights stay as they are).
+    std::vector<std::span<float>> grad_spans, weight_spans;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      grad_spans.push_back(float_span(grads_[i]));
+      weight_spans.push_back(float_span(params_[i].tensor));
+    }
+    torch::NoGradGuard no_grad;
+    bool taken = false;
+    try {
+      taken = step_.run_and_apply(grad_spans, weight_spans);
+    } catch (...) {
+      for (auto& g : grads_) g = torch::Tensor();
+      throw;
+    }
+    for (auto& g : grads_) g = torch::Tensor();
+    const auto& t = step_.last_timings();
+    timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
+    timings_.exchange = t.exchange;
+    timings_.update = t.update;
+    return taken;
+  }
+  bool taken = false;
+  try {
+    taken = step_.finish();
+  } catch (...) {
+    for (auto& g : grads_) g = torch::Tensor();
+    throw;
+  }
+  for (auto& g : grads_) g = torch::Tensor();
+  const auto update_start = Clock::now();
   const auto& t = step_.last_timings();
+  if (!taken) {
+    // Skipped on every rank: the weights stay as they are (the directions are zero).
+    timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
+    timings_.exchange = t.exchange;
+    timings_.update = t.update;
+    return false;
+  }
+
+  // (With buckets each bucket's weights were updated when it was done.)
   timings_.compress = std::chrono::duration<double>(run_start - start).count() + t.compress;
   timings_.exchange = t.exchange;
-  timings_.update = t.update;
-  return taken;
+  timings_.update = t.update + std::chrono::duration<double>(Clock::now() - update_start).count();
+  return true;
 }
 
 void DistributedOptimizer::synchronize_buffers() {
@@ -156,7 +247,7 @@ void DistributedOptimizer::save(CheckpointFile& file) const {
   for (const auto& buffer : step_.state_buffers()) {
     file.put_floats(buffer.name, buffer.values);
   }
-  if (step_.compressor()) file.put_text("dgc/rng", step_.rng_state());
+  if (step_.compresses()) file.put_text("dgc/rng", step_.rng_state());
 }
 
 void DistributedOptimizer::load(const CheckpointFile& file) {
@@ -195,7 +286,7 @@ void DistributedOptimizer::load(const CheckpointFile& file) {
     std::memcpy(b.data_ptr(), record.data.data(), b.nbytes());
   }
   for (const auto& buffer : step_.state_buffers()) file.get_floats(buffer.name, buffer.values);
-  if (step_.compressor()) {
+  if (step_.compresses()) {
     try {
       step_.set_rng_state(file.text("dgc/rng"));
     } catch (const InvalidArgument&) {

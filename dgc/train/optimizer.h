@@ -1,26 +1,34 @@
 // The distributed optimizer: data-parallel SGD for any torch::nn::Module, with Deep Gradient
 // Compression (docs/algorithm.md) or dense (the baseline), over one dgc::Exchange.
 //
-// A libtorch adapter over DistributedStep (step.h), which holds the algorithm and its state: per
+// A libtorch adapter over DistributedStep (step.h), which holds the algorithm and its state,
+// driven in gradient buckets (buckets.h, options.bucket_cap_mb): with more than one bucket an
+// autograd hook on every parameter hands its gradient to the step as soon as the backward pass has
+// accumulated it, and each bucket's compression and exchange run while the backward pass goes on;
+// each bucket updates its weights when done; step() gives what no hook gave and waits. Per
 // step it reads every parameter's .grad (undefined = zero), lets the DistributedStep turn the
 // local gradients of all ranks into one direction per parameter (clipping, compression, the
 // exchange, momentum, weight decay; see step.h), and applies w -= lr * direction at the scheduled
-// learning rate, in the same pass (DistributedStep::run_and_apply). With Compression::kNone every
-// tensor takes the dense path: plain synchronous momentum SGD, the same update as single-worker SGD
-// on the concatenated batch.
+// learning rate. With Compression::kNone every tensor takes the dense path: plain synchronous
+// momentum SGD, the same update as single-worker SGD on the concatenated batch.
 //
 // Collective: the constructor, step(), synchronize_buffers() and check_agreement() must be called
 // by every rank in the same order. Thread-safety: one optimizer per worker thread; the model and
-// communicator must not be used by another thread meanwhile. The model and communicator must
+// communicator must not be used by another thread meanwhile. With buckets, every backward pass
+// through the model must be followed by one step(). The model and communicator must
 // outlive the optimizer.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <torch/csrc/autograd/function.h>
 #include <torch/nn/module.h>
 
+#include "dgc/train/buckets.h"
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/options.h"
 #include "dgc/train/step.h"
@@ -35,6 +43,14 @@ class DistributedOptimizer {
   // the model name), then overwrites every rank's parameters and buffers with rank 0's.
   DistributedOptimizer(comm::Communicator& comm, torch::nn::Module& model, OptimizerOptions options,
                        const std::string& run_settings = "");
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // The gradient of parameter i (named_parameters order) is final for this step: hands it to the
+  // step, whose bucket may start. The autograd hooks call it; a replay of a backward pass may too.
+  // Each parameter at most once per step.
+  void gradient_ready(size_t i);
 
   // One synchronous step (see the file comment). When any rank's gradient is not finite: throws
   // dgc::NumericError (options.on_nonfinite kStop, or too many skips in a row), or, with kSkip,
@@ -66,12 +82,19 @@ class DistributedOptimizer {
   const OptimizerOptions& options() const { return step_.options(); }
   // The settings text sent through the handshake (describe(options) + run settings).
   const std::string& settings() const { return step_.settings(); }
-  // Null with Compression::kNone. Its tensors: see DistributedStep::compressor().
-  const Compressor* compressor() const { return step_.compressor(); }
-  // The step under this optimizer (its last selections, its layout).
-  const DistributedStep& distributed_step() const { return step_; }
+  // Null with Compression::kNone, and with more than one bucket (each has its own). Its tensors:
+  // see DistributedStep::compressor().
+  const Compressor* compressor() const {
+    return step_.bucket_count() == 1 ? step_.bucket(0).compressor() : nullptr;
+  }
+  // The step under this optimizer (its last selections, its layout): with more than one bucket,
+  // the first bucket's only.
+  const DistributedStep& distributed_step() const { return step_.bucket(0); }
+  // The buckets and their steps.
+  const BucketedStep& bucketed_step() const { return step_; }
   // kFloat16 / kBFloat16: this rank's rounding residual of the dense path; empty otherwise.
-  std::span<const float> dense_residual() const { return step_.dense_residual(); }
+  // (The 16-bit dense path always travels in one message: bucket 0 is the whole model.)
+  std::span<const float> dense_residual() const { return step_.bucket(0).dense_residual(); }
 
   // Bytes of the last step, of all steps so far (carried over by checkpoints) and of the steps
   // after warm-up only.
@@ -82,6 +105,8 @@ class DistributedOptimizer {
   const ExchangeBytes& post_warmup_bytes() const { return step_.post_warmup_bytes(); }
   // The parts of the last step() (zeros before the first).
   const StepTimings& last_timings() const { return timings_; }
+  // The seconds the last step() waited for buckets still in flight when it was called.
+  double last_wait_seconds() const { return step_.last_wait_seconds(); }
 
   // Adds this rank's parameters, buffers, momenta, DGC velocity/momentum, compressor RNG, the
   // iteration, the byte counters and the skipped-step counters to `file` (records "model/...",
@@ -97,13 +122,20 @@ class DistributedOptimizer {
     torch::Tensor tensor;  // index in params_ == index in layout()
   };
   static std::vector<Param> collect_parameters(torch::nn::Module& model);
+  void update_weight(size_t i, float lr);  // w -= lr * direction of parameter i
   static std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(
       const std::vector<Param>& params);
 
   comm::Communicator& comm_;
   torch::nn::Module& model_;
   std::vector<Param> params_;
-  DistributedStep step_;
+  BucketedStep step_;
+  std::vector<std::vector<float>> directions_;  // per parameter, with buckets only
+  // This step's gradients handed to the step (kept alive until it ends), and which.
+  std::vector<torch::Tensor> grads_;
+  std::vector<uint8_t> given_;
+  // With buckets: every parameter's gradient accumulator and the key of the hook on it.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   StepTimings timings_;
 };
 

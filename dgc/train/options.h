@@ -141,6 +141,13 @@ struct OptimizerOptions {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   int64_t max_consecutive_skips = 10;
 
+  // Gradient buckets (buckets.h): the cap of one bucket in MB (2^20 bytes of fp32 gradients), as
+  // PyTorch DDP's bucket_cap_mb; each bucket's compression and exchange start during the backward
+  // pass once its gradients are ready. 0: one message after the backward pass (the default of the
+  // library; `dgc train` defaults to 25, as DDP). Not in describe(): the weights do not depend on
+  // it; the buckets' own handshakes check that every rank has the same.
+  double bucket_cap_mb = 0.0;
+
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
   int64_t iterations_per_epoch = 1;
 

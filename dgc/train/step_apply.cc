@@ -1,8 +1,11 @@
 // Phase 5 of DistributedStep (step.h): the directions, written out (run) or applied to the
-// weights in the same pass (run_and_apply); phases 1 to 4 are in step.cc.
+// weights in the same pass (run_and_apply); phases 1 to 4 are in step.cc. Also BucketedStep's
+// one-bucket run_and_apply (buckets.h).
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
+#include "dgc/train/buckets.h"
 #include "dgc/train/step.h"
 #include "dgc/train/step_kernels.h"
 
@@ -107,6 +110,24 @@ kernels::DirectionFactors DistributedStep::direction_factors() const {
   f.nesterov = options_.compressor.momentum.nesterov;
   f.wd = static_cast<float>(options_.weight_decay * lr_factor_at(iteration_));
   return f;
+}
+
+// BucketedStep's one-bucket path through run_and_apply (buckets.h).
+bool BucketedStep::run_and_apply(std::span<const std::span<float>> grads,
+                                 std::span<const std::span<float>> weights) {
+  DGC_CHECK_EQ(steps_.size(), 1u, "run_and_apply takes the step of one bucket");
+  DGC_CHECK(!in_flight(), "run_and_apply while a step is in flight");
+  const auto start = std::chrono::steady_clock::now();
+  return one_bucket_done(steps_[0]->run_and_apply(grads, weights), start);
+}
+
+bool BucketedStep::one_bucket_done(bool taken, std::chrono::steady_clock::time_point start) {
+  last_bytes_ = steps_[0]->last_bytes();
+  total_bytes_ = steps_[0]->total_bytes();
+  post_warmup_bytes_ = steps_[0]->post_warmup_bytes();
+  timings_ = steps_[0]->last_timings();
+  wait_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return taken;
 }
 
 }  // namespace dgc::train

@@ -65,6 +65,8 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
         options_.lr_reference_batch, options_.lr_batch_limit);
   }
 
+  // The residual statistics read the one compressor of an unbucketed step.
+  if (options_.residual_stats) options_.optimizer.bucket_cap_mb = 0.0;
   optimizer_ = std::make_unique<DistributedOptimizer>(comm_, worker_->model(), options_.optimizer,
                                                       run_settings(options_, task_));
   if (options_.residual_stats && comm_.rank() == 0 && optimizer_->compressor() != nullptr) {
@@ -190,6 +192,8 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     info.resume_seconds = resume_seconds_;
     info.run_id = to_hex(optimizer.run_id());
     info.authenticated = optimizer.authenticated();
+    info.buckets = static_cast<int64_t>(optimizer.bucketed_step().bucket_count());
+    info.one_message_reason = optimizer.bucketed_step().plan().one_message_reason;
     callbacks.on_start(info);
   }
 

@@ -110,6 +110,8 @@ struct RunInfo {
   double resume_seconds = 0.0;          // choosing, reading and loading the checkpoint (rank 0)
   std::string run_id;                   // the job's run id (hex), from the exchange handshake
   bool authenticated = false;           // exchange messages carry HMAC-SHA256 tags (job secret)
+  int64_t buckets = 1;                  // gradient buckets exchanged during the backward pass
+  std::string one_message_reason;       // why there is one message (empty: buckets or 1 bucket)
 };
 
 // Reported on rank 0 after every step.

@@ -48,5 +48,20 @@ TEST(ModelShapes, ListsEveryModelAndRefusesOthers) {
   EXPECT_THROW(model_shapes("resnet18"), InvalidArgument);
 }
 
+// The published multiply-adds per 224 x 224 image (torchvision's model cards: ResNet-50 4.09 G,
+// AlexNet 0.71 G, VGG-16 15.47 G), as FLOPs (2 per multiply-add), within the BatchNorm and bias
+// terms forward_flops adds.
+TEST(ModelShapes, ForwardFlopsMatchThePublishedCounts) {
+  const auto total = [](const std::string& model) {
+    double sum = 0.0;
+    for (const double f : forward_flops(model)) sum += f;
+    return sum;
+  };
+  EXPECT_NEAR(total("resnet50") / 8.18e9, 1.0, 0.02);
+  EXPECT_NEAR(total("alexnet") / 1.42e9, 1.0, 0.02);
+  EXPECT_NEAR(total("vgg16") / 30.94e9, 1.0, 0.02);
+  EXPECT_EQ(forward_flops("cnn").size(), model_shapes("cnn").size());
+}
+
 }  // namespace
 }  // namespace dgc::train
