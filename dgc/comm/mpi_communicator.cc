@@ -204,14 +204,17 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce_sum_primitive(std::span<float> values, const Call& call) override {
     DGC_CHECK_LE(values.size(), static_cast<size_t>(INT_MAX), "MPI counts are int");
-    // Under SMPI the caller's buffer itself (a large gradient need not exist twice per rank).
+    // Under SMPI the caller's buffer itself, and as the send buffer too: SMPI copies an
+    // MPI_IN_PLACE buffer into a temporary of the full size, per rank (a 100 MB gradient on 256
+    // simulated ranks would need 25 GB), while its allreduce algorithms read the send buffer
+    // only to copy it into the receive buffer first.
     auto buffer = kSimulated ? nullptr
                              : std::make_shared<std::vector<float>>(values.begin(), values.end());
     float* data = kSimulated ? values.data() : buffer->data();
     const int count = static_cast<int>(values.size());
     MPI_Request request = MPI_REQUEST_NULL;
     check(kSimulated
-              ? MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, comm_)
+              ? MPI_Allreduce(data, data, count, MPI_FLOAT, MPI_SUM, comm_)
               : MPI_Iallreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, comm_, &request),
           "MPI_Iallreduce");
     wait(request, call, buffer);
@@ -268,6 +271,9 @@ class MpiCommunicator final : public Communicator {
   // Polls `request` until it completes or the call's deadline passes. `keep` holds the
   // request's buffers; on a timeout or error it is parked for the life of the process.
   void wait(MPI_Request& request, const Call& call, std::shared_ptr<void> keep) {
+    // A null request is complete (the blocking calls under SMPI leave it null; SMPI's MPI_Test
+    // does not report a null request as done).
+    if (request == MPI_REQUEST_NULL) return;
     int polls = 0;
     for (;;) {
       int done = 0;
