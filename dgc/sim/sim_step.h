@@ -7,7 +7,8 @@
 //   2. compress: the real dgc::Compressor (momentum correction, selection, masking) on every
 //                compressed tensor of a synthetic gradient (synthetic.h), on the sampled ranks;
 //                the other ranks are charged the sampled ranks' mean time of the untimed
-//                warm-up steps (SMPI_SAMPLE_DELAY) and send their synthetic selection;
+//                warm-up steps (charged as in SMPI_SAMPLE_DELAY) and send their synthetic
+//                selection;
 //   3. exchange: the real dgc::Exchange (encode, the collectives over the MPI communicator,
 //                validate, decode) on every rank; dense: one allreduce of the whole gradient;
 //   4. update:   w -= lr * update over every element, sampled like compress.
@@ -15,10 +16,11 @@
 // (the platform's host speed equals smpi/host-speed: 1 s of CPU here is 1 s simulated); the
 // network is SimGrid's flow model of the platform file.
 //
-// Memory: buffers whose contents do not decide the result (the weights, the dense gradient,
-// the update buffers) are SMPI shared allocations, one physical copy for all ranks, unless
-// private_buffers; the compressor's momentum and velocity and the gradients exist only on
-// sampled ranks.
+// Memory: on the ranks that are not sampled, buffers whose contents do not decide the result
+// (the weights, the dense gradient, the update buffers) are SMPI shared allocations, one
+// physical copy for all ranks, unless private_buffers; the sampled ranks own theirs, so that
+// their update and decode touch memory as a real rank's do. The compressor's momentum and
+// velocity and the gradients exist only on sampled ranks.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,9 @@ struct SimOptions {
   double overlap = 0.0;   // cross-rank overlap of the synthetic selections (synthetic.h)
   int sample_ranks = 4;   // ranks that compress and update for real; 0: every rank
   int steps = 3;          // timed steps
-  int warmup_steps = 2;   // untimed steps before them (the sampled ranks' calibration)
+  // Untimed steps before them; the last one calibrates what the other ranks are charged (the
+  // first step of a compressor is slower: it has no threshold prediction yet).
+  int warmup_steps = 2;
   bool private_buffers = false;  // every rank owns its weights, gradient and update buffers
   bool check = false;  // check every step's update against the reference (needs private_buffers)
   double lr = 0.1;
