@@ -190,13 +190,12 @@ class MpiCommunicator final : public Communicator {
     if (!send.empty()) std::memcpy(b->send.data(), send.data(), send.size());
     b->receive.resize(receive.size() + 1);
     MPI_Request request = MPI_REQUEST_NULL;
-    check(kSimulated
-              ? MPI_Alltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
-                              MPI_BYTE, b->receive.data(), b->receive_counts.data(),
-                              b->receive_displs.data(), MPI_BYTE, comm_)
-              : MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
-                               MPI_BYTE, b->receive.data(), b->receive_counts.data(),
-                               b->receive_displs.data(), MPI_BYTE, comm_, &request),
+    check(kSimulated ? MPI_Alltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
+                                     MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+                                     b->receive_displs.data(), MPI_BYTE, comm_)
+                     : MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
+                                      MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+                                      b->receive_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv");
     wait(request, call, b);
     if (!receive.empty()) std::memcpy(receive.data(), b->receive.data(), receive.size());
@@ -208,8 +207,8 @@ class MpiCommunicator final : public Communicator {
     // MPI_IN_PLACE buffer into a temporary of the full size, per rank (a 100 MB gradient on 256
     // simulated ranks would need 25 GB), while its allreduce algorithms read the send buffer
     // only to copy it into the receive buffer first.
-    auto buffer = kSimulated ? nullptr
-                             : std::make_shared<std::vector<float>>(values.begin(), values.end());
+    auto buffer =
+        kSimulated ? nullptr : std::make_shared<std::vector<float>>(values.begin(), values.end());
     float* data = kSimulated ? values.data() : buffer->data();
     const int count = static_cast<int>(values.size());
     MPI_Request request = MPI_REQUEST_NULL;

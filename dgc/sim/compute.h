@@ -16,8 +16,11 @@ namespace dgc::sim {
 
 inline const std::map<std::string, double>& default_compute_seconds() {
   static const std::map<std::string, double> seconds = {
-      {"resnet50", 30.0 / 109.98}, {"vgg16", 30.0 / 59.80}, {"alexnet", 30.0 / 1019.24},
-      {"lstm-ptb", 0.1},           {"cnn", 0.1},
+      {"resnet50", 30.0 / 109.98},
+      {"vgg16", 30.0 / 59.80},
+      {"alexnet", 30.0 / 1019.24},
+      {"lstm-ptb", 0.1},
+      {"cnn", 0.1},
   };
   return seconds;
 }

@@ -54,9 +54,8 @@ int main(int argc, char** argv) {
   try {
     auto comm = dgc::comm::connect_mpi(std::chrono::hours(24));
     const auto shapes = dgc::train::model_shapes(o.model);
-    const double compute = o.compute_seconds >= 0
-                               ? o.compute_seconds
-                               : dgc::sim::default_compute_seconds().at(o.model);
+    const double compute = o.compute_seconds >= 0 ? o.compute_seconds
+                                                  : dgc::sim::default_compute_seconds().at(o.model);
     for (const std::string& algorithm : algorithms) {
       const auto r = dgc::sim::run_configuration(*comm, shapes, algorithm, o);
       if (r.check_mismatches > 0) rc = 1;

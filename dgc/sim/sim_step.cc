@@ -110,7 +110,8 @@ int64_t check_step(comm::Communicator& comm, std::span<const Selection> selectio
   }
   int64_t mismatches = 0;
   for (size_t t = 0; t < selections.size(); ++t) {
-    mismatches += check_update(selected[t], returned[t], updates[t], ValueType::kFloat32).mismatches;
+    mismatches +=
+        check_update(selected[t], returned[t], updates[t], ValueType::kFloat32).mismatches;
   }
   return mismatches;
 }
@@ -134,8 +135,7 @@ class Runner {
     const int n = comm.size();
     const int s = o.sample_ranks <= 0 ? n : std::min(o.sample_ranks, n);
     sampled_count_ = s;
-    compute_ = o.compute_seconds >= 0 ? o.compute_seconds
-                                      : default_compute_seconds().at(o.model);
+    compute_ = o.compute_seconds >= 0 ? o.compute_seconds : default_compute_seconds().at(o.model);
   }
 
   SimResult run(const std::string& algorithm) {
@@ -200,9 +200,8 @@ class Runner {
       comm_.allreduce_sum(grad.span(0, grad.size));
       const double t2 = MPI_Wtime();
       if (o_.check) {  // every element is 1 + 2 + ... + N
-        result.check_mismatches += std::count_if(grad.data, grad.data + grad.size, [&](float g) {
-          return g != float(n * (n + 1) / 2);
-        });
+        result.check_mismatches += std::count_if(
+            grad.data, grad.data + grad.size, [&](float g) { return g != float(n * (n + 1) / 2); });
       }
       if (sampled_) {
         for (size_t i = 0; i < grad.size; ++i) weights_.data[i] -= o_.lr * scale * grad.data[i];

@@ -37,9 +37,9 @@ struct SimOptions {
   std::string model = "resnet50";
   double compute_seconds = -1.0;  // < 0: default_compute_seconds() of the model
   double density = 0.001;
-  double overlap = 0.0;   // cross-rank overlap of the synthetic selections (synthetic.h)
-  int sample_ranks = 4;   // ranks that compress and update for real; 0: every rank
-  int steps = 3;          // timed steps
+  double overlap = 0.0;  // cross-rank overlap of the synthetic selections (synthetic.h)
+  int sample_ranks = 4;  // ranks that compress and update for real; 0: every rank
+  int steps = 3;         // timed steps
   // Untimed steps before them; the last one calibrates what the other ranks are charged (the
   // first step of a compressor is slower: it has no threshold prediction yet).
   int warmup_steps = 2;

@@ -31,7 +31,8 @@ uint64_t key(uint64_t seed, uint64_t tensor, uint64_t rank) {
 void draw_distinct(Stream& stream, uint64_t numel, size_t count, std::vector<uint32_t>& out) {
   while (out.size() < count) {
     const size_t before = out.size();
-    for (size_t i = before; i < count; ++i) out.push_back(static_cast<uint32_t>(stream.below(numel)));
+    for (size_t i = before; i < count; ++i)
+      out.push_back(static_cast<uint32_t>(stream.below(numel)));
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
   }
