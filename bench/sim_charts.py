@@ -66,16 +66,16 @@ def tables(runs):
 
 
 def breakdown(runs):
-    print("\n**Where the step goes** (slowest rank's seconds per part, medians; exchange = wire, "
-          "waiting and the exchange's own CPU; rank 0's CPU part in brackets)\n")
-    print("| model | platform | nodes | algorithm | compute | compress | exchange (CPU) | update "
+    print("\n**Where the step goes** (slowest rank's seconds per part; exchange = wire, waiting "
+          "and the exchange's own CPU)\n")
+    print("| model | platform | nodes | algorithm | compute | compress | exchange | update "
           "| step | received bytes per rank |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for (m, p, n, a), j in sorted(runs.items()):
         if n < 64 or p not in ("ethernet-1g", "ethernet-10g"):
             continue
         print(f"| {m} | {p} | {n} | {a} | {j['compute_s']:.3f} | {j['compress_s']:.3f} | "
-              f"{j['exchange_s']:.3f} ({j['exchange_cpu_s']:.3f}) | {j['update_s']:.3f} | "
+              f"{j['exchange_s']:.3f} | {j['update_s']:.3f} | "
               f"{j['step_s']:.3f} | {j['wire_received']:,} |")
 
 

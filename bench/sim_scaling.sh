@@ -2,7 +2,7 @@
 # Runs dgc-sim (dgc/sim: the complete dense and DGC steps on a cluster simulated by SimGrid's
 # SMPI) over models, platforms (bench/platforms/*.xml) and node counts, one smpirun per
 # (model, platform, nodes), and appends rank 0's JSON lines to --out, each with the run's wall
-# time and the simulator's peak memory (proportional set size, sampled every 0.5 s).
+# time and the simulator's peak memory (proportional set size, sampled every 2 s).
 #
 #   bench/sim_scaling.sh [--out FILE] [--sim PATH] [--models "alexnet resnet50"]
 #                        [--platforms "ethernet-1g ethernet-10g"] [--nodes "1 4 16 64"]
@@ -50,7 +50,7 @@ peak_pss() {
       v=$(awk '/^Pss:/{print $2}' "/proc/$p/smaps_rollup" 2>/dev/null || true)
       [ -n "$v" ] && [ "$v" -gt "$peak" ] && peak=$v
     done
-    sleep 0.5
+    sleep 2
   done
   echo "$peak"
 }

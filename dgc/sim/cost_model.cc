@@ -67,6 +67,7 @@ const CostConstants& fitted_constants() {
   // Fitted by `dgc plan --fit` to the dgc-sim runs of docs/scaling.md (medians of the per-element
   // figures over every run; CPU times are this machine's, one core).
   static const CostConstants c = {
+      .allreduce_factor = 1.0,
       .compress_per_element = 0.0,
       .update_per_element = 0.0,
       .bytes_per_element = 0.0,
@@ -77,11 +78,13 @@ const CostConstants& fitted_constants() {
   return c;
 }
 
-double dense_allreduce_seconds(int64_t elements, int nodes, const Link& link) {
+double dense_allreduce_seconds(int64_t elements, int nodes, const Link& link,
+                               const CostConstants& c) {
   if (nodes <= 1 || elements <= 0) return 0.0;
   const double n = nodes;
-  return 2.0 * (n - 1.0) / n * 4.0 * double(elements) / bytes_per_second(link) +
-         2.0 * (n - 1.0) * link.latency_seconds;
+  return c.allreduce_factor *
+         (2.0 * (n - 1.0) / n * 4.0 * double(elements) / bytes_per_second(link) +
+          2.0 * (n - 1.0) * link.latency_seconds);
 }
 
 double exchange_seconds(const ModelSize& model, int nodes, const Link& link,
@@ -89,7 +92,7 @@ double exchange_seconds(const ModelSize& model, int nodes, const Link& link,
   if (nodes <= 1) return 0.0;
   const double n = nodes, k = double(model.selected), b = bytes_per_second(link);
   const double message = c.bytes_per_element * k;
-  const double dense_path = dense_allreduce_seconds(model.dense_path, nodes, link);
+  const double dense_path = dense_allreduce_seconds(model.dense_path, nodes, link, c);
   switch (algorithm) {
     case ExchangeAlgorithm::kAllgather:
       return dense_path + (n - 1.0) * message / b + (n - 1.0) * link.latency_seconds +
@@ -116,11 +119,11 @@ Prediction predict(const ModelSize& model, int nodes, const Link& link, double c
   Prediction p;
   const double update = c.update_per_element * double(model.parameters);
   p.single_node = compute_seconds + update;
-  p.dense = p.single_node + dense_allreduce_seconds(model.parameters, nodes, link);
-  const double local = compute_seconds + update;
+  p.dense = p.single_node + dense_allreduce_seconds(model.parameters, nodes, link, c);
+  const double compress = c.compress_per_element * double(model.compressed);
   for (size_t i = 0; i < kPlannedAlgorithms.size(); ++i) {
-    const double compress = nodes > 1 ? c.compress_per_element * double(model.compressed) : 0.0;
-    p.dgc[i] = local + compress + exchange_seconds(model, nodes, link, kPlannedAlgorithms[i], c);
+    p.dgc[i] =
+        p.single_node + compress + exchange_seconds(model, nodes, link, kPlannedAlgorithms[i], c);
   }
   size_t best = 0;
   for (size_t i = 1; i < p.dgc.size(); ++i) {

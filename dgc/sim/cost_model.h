@@ -9,14 +9,16 @@
 // bytes/s (the line rate x kWireEfficiency) and L seconds one way host to host:
 //   dense    = compute + update_per_element * P + ring(4 P)
 //   DGC      = compute + compress_per_element * Pc + update_per_element * P + ring(4 Pd)
-//              + exchange(algorithm)
-//   ring(S)  = 2 (N-1)/N * S / B + 2 (N-1) L                  (Open MPI's ring allreduce)
+//              + exchange(algorithm)                      (one node: DGC still compresses)
+//   ring(S)  = allreduce_factor * (2 (N-1)/N * S / B + 2 (N-1) L)   (a ring allreduce; the
+//              factor is what Open MPI's algorithms in the simulator take beyond it)
 // and, with M = bytes_per_element * k (one rank's message):
 //   allgather        (N-1) M / B + (N-1) L + decode_per_element * (N-1) k   (a ring of N-1 steps)
 //   direct           (N-1) M / B + 2 L     + decode_per_element * (N-1) k   (all at once)
 //   sparse-allreduce sparse_volume * M / B + 4 L + sparse_cpu_per_element * k * log2(N)
 // (sparse-allreduce: split-and-reduce, every rank receives about sparse_volume messages' worth
-// whatever N, in four rounds.) One node: no exchange at all.
+// whatever N, in four rounds.) One node: no exchange at all. The speedup over one node is
+// N x (one node's dense step) / step.
 #pragma once
 
 #include <array>
@@ -53,6 +55,7 @@ ModelSize model_size(const std::vector<train::NamedShape>& shapes, double densit
 
 // Fitted constants (seconds per element, bytes per element, messages).
 struct CostConstants {
+  double allreduce_factor = 1.0;
   double compress_per_element = 0.0;
   double update_per_element = 0.0;
   double bytes_per_element = 0.0;
@@ -84,6 +87,7 @@ Prediction predict(const ModelSize& model, int nodes, const Link& link, double c
 // The exchange part alone (seconds) of one algorithm, and of the dense allreduce.
 double exchange_seconds(const ModelSize& model, int nodes, const Link& link,
                         ExchangeAlgorithm algorithm, const CostConstants& constants);
-double dense_allreduce_seconds(int64_t elements, int nodes, const Link& link);
+double dense_allreduce_seconds(int64_t elements, int nodes, const Link& link,
+                               const CostConstants& constants);
 
 }  // namespace dgc::sim
