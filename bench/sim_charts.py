@@ -6,7 +6,7 @@
 Prints, as Markdown: per model and platform, the step time of dense and of DGC with each exchange
 at every node count, the speedup over one node (N x the one-node dense step / the N-node step)
 and the scaling efficiency (speedup / N) of the best; and where the step time goes at the largest
-node count. With CHART_PREFIX (and gnuplot), draws CHART_PREFIX-MODEL.png and .svg: speedup
+node count. With CHART_PREFIX (and gnuplot), draws CHART_PREFIX-MODEL.png: speedup
 against nodes, one panel per platform, dense beside one line per exchange algorithm.
 """
 import json
@@ -105,7 +105,7 @@ plot {', '.join(plots)}
 {data}""")
         if not panels:
             continue
-        for terminal, ext in (("pngcairo size 1000,800", "png"), ("svg size 1000,800", "svg")):
+        for terminal, ext in (("pngcairo size 1000,800", "png"),):
             script = f"""
 set terminal {terminal}
 set output '{prefix}-{model}.{ext}'

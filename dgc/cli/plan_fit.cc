@@ -191,6 +191,38 @@ void run_plan_fit(const std::string& path) {
   }
   std::printf("agreement: %d of %d; the predicted choice within 2%% of the fastest: %d of %d\n",
               agree, cases, near, cases);
+  // Crossovers of the model with these constants: the link rate above which dense is faster
+  // than the best DGC exchange (20 us one way, each model's compute time of the runs), and the
+  // node count from which sparse-allreduce is the fastest exchange at 1 Gbit/s.
+  std::map<std::string, const Run*> models;
+  for (const Run& r : runs) models[r.model] = &r;
+  std::printf(
+      "\ncrossovers (the model): rate above which dense is faster; sparse-allreduce "
+      "fastest from N nodes at 1 Gbit/s\n");
+  for (const auto& [name, r] : models) {
+    std::printf("  %-9s", name.c_str());
+    for (int nodes : {4, 16, 64, 256}) {
+      double low = 0.01e9, high = 1e13;  // bits/s: DGC faster at low, dense at high
+      const auto dense_wins = [&](double rate) {
+        return !sim::predict(r->size, nodes, {rate, 20e-6}, r->compute, c).compress();
+      };
+      if (dense_wins(low) || !dense_wins(high)) {
+        std::printf("  N=%d: none", nodes);
+        continue;
+      }
+      for (int i = 0; i < 60; ++i) {
+        const double mid = std::sqrt(low * high);
+        (dense_wins(mid) ? high : low) = mid;
+      }
+      std::printf("  N=%d: %.3g Gbit/s", nodes, high / 1e9);
+    }
+    int from = 0;
+    for (int nodes = 2; nodes <= 1024 && from == 0; ++nodes) {
+      const auto p = sim::predict(r->size, nodes, sim::platform_link("ethernet-1g"), r->compute, c);
+      if (p.best == ExchangeAlgorithm::kSparseAllreduce) from = nodes;
+    }
+    std::printf("  sparse-allreduce from N=%d\n", from);
+  }
 }
 
 }  // namespace dgc::cli
