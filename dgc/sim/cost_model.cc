@@ -64,17 +64,17 @@ ModelSize model_size(const std::vector<train::NamedShape>& shapes, double densit
 }
 
 const CostConstants& fitted_constants() {
-  // Fitted by `dgc plan --fit docs/data/sim-scaling.jsonl` to the 101 dgc-sim runs of
+  // Fitted by `dgc plan --fit docs/data/sim-scaling.jsonl` to the 105 dgc-sim runs of
   // docs/scaling.md (ResNet-50 and AlexNet, 1-64 nodes, 100 Mbit/s to 10 Gbit/s and mobile);
   // medians of the per-element figures. CPU times are one core of the 2-core machine.
   static const CostConstants c = {
       .allreduce_factor = 1.05,
-      .compress_per_element = 9.124e-10,
-      .update_per_element = 3.54e-10,
-      .bytes_per_element = 5.962,
-      .decode_per_element = 9.794e-08,
-      .sparse_volume = 1.598,
-      .sparse_cpu_per_element = 1.345e-07,
+      .compress_per_element = 9.051e-10,
+      .update_per_element = 3.53e-10,
+      .bytes_per_element = 6.014,
+      .decode_per_element = 9.37e-08,
+      .sparse_volume = 1.647,
+      .sparse_cpu_per_element = 1.248e-07,
   };
   return c;
 }
