@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libopenblas0-openmp python3-torch python3-dev pybind11-dev
   python3-venv python3-pip python3-setuptools python3-wheel
-  libgloo-dev libopenmpi-dev openmpi-bin
+  libgloo-dev libopenmpi-dev openmpi-bin libsimgrid-dev
   zlib1g-dev libssl-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist bible-kjv espeak-ng
   iproute2 iputils-ping procps gnuplot-nox

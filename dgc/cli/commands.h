@@ -18,6 +18,8 @@ void add_bench_auth(CLI::App& bench);
 void add_train(CLI::App& app);
 // dgc lm-words: the loss of lm checkpoints by word frequency.
 void add_lm_words(CLI::App& app);
+// dgc plan: predicted dense and DGC step times for a model, nodes and link (dgc/sim/cost_model.h).
+void add_plan(CLI::App& app);
 // dgc plot: PNG and SVG charts (gnuplot) from training metrics and benchmark JSON lines.
 void add_plot(CLI::App& app);
 

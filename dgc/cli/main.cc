@@ -88,6 +88,9 @@ int main(int argc, char** argv) {
   dgc::cli::add_bench_auth(*bench);
 #endif
 #endif
+#if DGC_WITH_COMM
+  dgc::cli::add_plan(app);
+#endif
   dgc::cli::add_plot(app);
   if (!commands_known(app, argc, argv)) return 2;
   try {

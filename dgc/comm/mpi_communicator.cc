@@ -7,6 +7,18 @@
 // counts and displacements of the v-collectives too), and on a timeout they are parked until the
 // process exits. A process that saw a timeout skips
 // MPI_Finalize (it would wait for the stalled peer); mpirun then ends the job.
+//
+// The simulated cluster (dgc/sim, built with SimGrid's smpicxx, which defines DGC_SMPI=1) runs
+// this same file with three differences, each marked kSimulated below:
+// - every collective is the blocking call (MPI_Allreduce, ...), on the caller's buffers, and
+//   wait() returns at once: in a simulation the deadline would be in wall-clock time, not
+//   simulated time; SMPI counts the CPU time between MPI calls as the rank's computation, so
+//   the polling loop would be charged as compute; and SMPI's non-blocking collectives use
+//   direct (linear) algorithms, while its blocking ones choose Open MPI's algorithms (a ring
+//   or recursive halving for a large allreduce), which is what the real MPI_Iallreduce runs;
+// - the private communicator is made with MPI_Comm_dup (SMPI 3.32 has no MPI_Comm_idup);
+// - smpirun sets no Open MPI launch variables: the program calls MPI_Init itself.
+// Nothing is ever parked there, since no call can time out.
 #include <mpi.h>
 
 #include <algorithm>
@@ -23,6 +35,12 @@
 
 namespace dgc::comm {
 namespace {
+
+#if defined(DGC_SMPI) && DGC_SMPI
+constexpr bool kSimulated = true;
+#else
+constexpr bool kSimulated = false;
+#endif
 
 struct Runtime {
   std::mutex mutex;
@@ -52,6 +70,7 @@ std::string mpi_error(int code) {
 }
 
 bool launched_by_mpirun() {
+  if (kSimulated) return true;
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
     if (std::getenv(v) != nullptr) return true;
   }
@@ -86,7 +105,11 @@ class MpiCommunicator final : public Communicator {
     const auto now = Clock::now();
     const Call setup{"communicator set-up", default_timeout, now, now + default_timeout};
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
+    if (kSimulated) {
+      check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    } else {
+      check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
+    }
     wait(request, setup, nullptr);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
@@ -106,8 +129,10 @@ class MpiCommunicator final : public Communicator {
     auto sizes = std::make_shared<std::vector<uint64_t>>(size_, 0);
     (*sizes)[rank_] = mine;
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sizes->data(), 1, MPI_UINT64_T, comm_,
-                         &request),
+    check(kSimulated ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sizes->data(), 1,
+                                     MPI_UINT64_T, comm_)
+                     : MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, sizes->data(), 1,
+                                      MPI_UINT64_T, comm_, &request),
           "MPI_Iallgather");
     wait(request, call, sizes);
     return *sizes;
@@ -124,21 +149,26 @@ class MpiCommunicator final : public Communicator {
     auto b = std::make_shared<Buffers>();
     b->counts = int_counts("allgatherv", sizes);
     b->displs = displacements(b->counts);
-    b->flat.assign(flat.begin(), flat.end());
+    if (!kSimulated) b->flat.assign(flat.begin(), flat.end());
+    uint8_t* data = kSimulated ? flat.data() : b->flat.data();
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b->flat.data(), b->counts.data(),
-                          b->displs.data(), MPI_BYTE, comm_, &request),
+    check(kSimulated ? MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, b->counts.data(),
+                                      b->displs.data(), MPI_BYTE, comm_)
+                     : MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, b->counts.data(),
+                                       b->displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Iallgatherv");
     wait(request, call, b);
-    std::memcpy(flat.data(), b->flat.data(), flat.size());
+    if (!kSimulated) std::memcpy(flat.data(), b->flat.data(), flat.size());
   }
 
   std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send, const Call& call) override {
     auto sizes = std::make_shared<std::vector<uint64_t>>(2 * static_cast<size_t>(size_), 0);
     std::copy(send.begin(), send.end(), sizes->begin());
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ialltoall(sizes->data(), 1, MPI_UINT64_T, sizes->data() + size_, 1, MPI_UINT64_T,
-                        comm_, &request),
+    check(kSimulated ? MPI_Alltoall(sizes->data(), 1, MPI_UINT64_T, sizes->data() + size_, 1,
+                                    MPI_UINT64_T, comm_)
+                     : MPI_Ialltoall(sizes->data(), 1, MPI_UINT64_T, sizes->data() + size_, 1,
+                                     MPI_UINT64_T, comm_, &request),
           "MPI_Ialltoall");
     wait(request, call, sizes);
     return {sizes->begin() + size_, sizes->end()};
@@ -160,9 +190,12 @@ class MpiCommunicator final : public Communicator {
     if (!send.empty()) std::memcpy(b->send.data(), send.data(), send.size());
     b->receive.resize(receive.size() + 1);
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(), MPI_BYTE,
-                         b->receive.data(), b->receive_counts.data(), b->receive_displs.data(),
-                         MPI_BYTE, comm_, &request),
+    check(kSimulated ? MPI_Alltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
+                                     MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+                                     b->receive_displs.data(), MPI_BYTE, comm_)
+                     : MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
+                                      MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+                                      b->receive_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv");
     wait(request, call, b);
     if (!receive.empty()) std::memcpy(receive.data(), b->receive.data(), receive.size());
@@ -170,21 +203,30 @@ class MpiCommunicator final : public Communicator {
 
   void allreduce_sum_primitive(std::span<float> values, const Call& call) override {
     DGC_CHECK_LE(values.size(), static_cast<size_t>(INT_MAX), "MPI counts are int");
-    auto buffer = std::make_shared<std::vector<float>>(values.begin(), values.end());
+    // Under SMPI the caller's buffer itself, and as the send buffer too: SMPI copies an
+    // MPI_IN_PLACE buffer into a temporary of the full size, per rank (a 100 MB gradient on 256
+    // simulated ranks would need 25 GB), while its allreduce algorithms read the send buffer
+    // only to copy it into the receive buffer first.
+    auto buffer =
+        kSimulated ? nullptr : std::make_shared<std::vector<float>>(values.begin(), values.end());
+    float* data = kSimulated ? values.data() : buffer->data();
+    const int count = static_cast<int>(values.size());
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, buffer->data(), static_cast<int>(buffer->size()), MPI_FLOAT,
-                         MPI_SUM, comm_, &request),
+    check(kSimulated
+              ? MPI_Allreduce(data, data, count, MPI_FLOAT, MPI_SUM, comm_)
+              : MPI_Iallreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, comm_, &request),
           "MPI_Iallreduce");
     wait(request, call, buffer);
-    std::memcpy(values.data(), buffer->data(), values.size_bytes());
+    if (!kSimulated) std::memcpy(values.data(), buffer->data(), values.size_bytes());
   }
 
   void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) override {
     DGC_CHECK_LE(data.size(), static_cast<size_t>(INT_MAX), "MPI counts are int");
     auto buffer = std::make_shared<std::vector<uint8_t>>(data.begin(), data.end());
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, root, comm_,
-                     &request),
+    const int count = static_cast<int>(buffer->size());
+    check(kSimulated ? MPI_Bcast(buffer->data(), count, MPI_BYTE, root, comm_)
+                     : MPI_Ibcast(buffer->data(), count, MPI_BYTE, root, comm_, &request),
           "MPI_Ibcast");
     wait(request, call, buffer);
     std::memcpy(data.data(), buffer->data(), data.size());
@@ -192,7 +234,7 @@ class MpiCommunicator final : public Communicator {
 
   void barrier_primitive(const Call& call) override {
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+    check(kSimulated ? MPI_Barrier(comm_) : MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
     wait(request, call, nullptr);
   }
 
@@ -228,6 +270,9 @@ class MpiCommunicator final : public Communicator {
   // Polls `request` until it completes or the call's deadline passes. `keep` holds the
   // request's buffers; on a timeout or error it is parked for the life of the process.
   void wait(MPI_Request& request, const Call& call, std::shared_ptr<void> keep) {
+    // A null request is complete (the blocking calls under SMPI leave it null; SMPI's MPI_Test
+    // does not report a null request as done).
+    if (request == MPI_REQUEST_NULL) return;
     int polls = 0;
     for (;;) {
       int done = 0;

@@ -1,0 +1,193 @@
+// dgc plan: for a model, a node count, a link and a compute time per step, the predicted dense
+// and DGC step times, the speedups, the best exchange algorithm and a plain verdict, from the
+// cost model of dgc/sim/cost_model.h (constants fitted to the simulated cluster).
+//   dgc plan --model resnet50 --nodes 64 --platform ethernet-1g
+//   dgc plan --shapes FILE --nodes 16 --rate-gbit 10 --latency-ms 0.02 --compute-seconds 0.1
+// --fit FILE: refits the constants from dgc-sim's JSON lines (bench/sim_scaling.sh --out) and
+// reports, for every simulated step, the model's error, and for every (model, platform, nodes)
+// with dense and all three exchanges simulated, whether the model picks the fastest.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "dgc/cli/commands.h"
+#include "dgc/cli/statistics.h"
+#include "dgc/core/error.h"
+#include "dgc/sim/compute.h"
+#include "dgc/sim/cost_model.h"
+
+namespace dgc::cli {
+namespace {
+
+struct PlanOptions {
+  std::string model = "resnet50";
+  std::string shapes_file;
+  int nodes = 16;
+  std::string platform;
+  double rate_gbit = 0.0;
+  double latency_ms = -1.0;
+  double compute_seconds = -1.0;
+  double density = 0.001;
+  std::string fit_file;
+  bool json = false;
+};
+
+// A shapes file: one tensor per line, "name dim dim ...", '#' starts a comment.
+std::vector<train::NamedShape> read_shapes(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InvalidArgument("cannot read the shapes file " + path);
+  std::vector<train::NamedShape> shapes;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    line = line.substr(0, line.find('#'));
+    std::istringstream fields(line);
+    std::string name;
+    if (!(fields >> name)) continue;
+    std::vector<int64_t> shape;
+    int64_t d = 0;
+    while (fields >> d) {
+      if (d <= 0) break;
+      shape.push_back(d);
+    }
+    if (shape.empty() || !fields.eof()) {
+      throw InvalidArgument(detail::concat(path, ":", number, ": expected 'name dim dim ...' ",
+                                           "with positive dimensions, got '", line, "'"));
+    }
+    shapes.push_back({name, shape});
+  }
+  if (shapes.empty()) throw InvalidArgument("no tensors in the shapes file " + path);
+  return shapes;
+}
+
+std::string rate_text(double bits) {
+  char text[64];
+  if (bits >= 1e9) {
+    std::snprintf(text, sizeof text, "%g Gbit/s", bits / 1e9);
+  } else {
+    std::snprintf(text, sizeof text, "%g Mbit/s", bits / 1e6);
+  }
+  return text;
+}
+
+void print_plan(const PlanOptions& o) {
+  const auto shapes =
+      o.shapes_file.empty() ? train::model_shapes(o.model) : read_shapes(o.shapes_file);
+  const std::string name = o.shapes_file.empty() ? o.model : o.shapes_file;
+  sim::Link link;
+  std::string link_name;
+  if (!o.platform.empty()) {
+    link = sim::platform_link(o.platform);
+    link_name = o.platform;
+  } else {
+    if (!(o.rate_gbit > 0) || o.latency_ms < 0) {
+      throw InvalidArgument(
+          "give the link as --platform NAME, or as --rate-gbit R and "
+          "--latency-ms L (one way, host to host)");
+    }
+    link = {o.rate_gbit * 1e9, o.latency_ms / 1e3};
+    link_name = rate_text(link.bits_per_second);
+  }
+  double compute = o.compute_seconds;
+  if (compute < 0) {
+    const auto& defaults = sim::default_compute_seconds();
+    const auto it = o.shapes_file.empty() ? defaults.find(o.model) : defaults.end();
+    if (it == defaults.end()) {
+      throw InvalidArgument("no default compute time for " + name + ": give --compute-seconds");
+    }
+    compute = it->second;
+  }
+  const sim::ModelSize size = sim::model_size(shapes, o.density);
+  const sim::Prediction p = sim::predict(size, o.nodes, link, compute);
+  const char* best = to_string(p.best);
+  if (o.json) {
+    nlohmann::json j = {{"model", name},
+                        {"parameters", size.parameters},
+                        {"nodes", o.nodes},
+                        {"link", link_name},
+                        {"compute_seconds", compute},
+                        {"dense_step_s", p.dense},
+                        {"best_exchange", best},
+                        {"dgc_step_s", p.best_dgc()},
+                        {"dense_speedup", p.dense_speedup(o.nodes)},
+                        {"dgc_speedup", p.dgc_speedup(o.nodes)},
+                        {"compress", p.compress()}};
+    for (size_t i = 0; i < sim::kPlannedAlgorithms.size(); ++i) {
+      j[std::string("dgc_step_s_") + to_string(sim::kPlannedAlgorithms[i])] = p.dgc[i];
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf(
+      "model %s: %lld parameters (%lld compressed, %lld on the dense path), %lld "
+      "selected per step at density %g\n",
+      name.c_str(), static_cast<long long>(size.parameters),
+      static_cast<long long>(size.compressed), static_cast<long long>(size.dense_path),
+      static_cast<long long>(size.selected), o.density);
+  std::printf("%d nodes, link %s (%s, %.3g ms one way), compute %.3f s per step\n", o.nodes,
+              link_name.c_str(), rate_text(link.bits_per_second).c_str(),
+              link.latency_seconds * 1e3, compute);
+  std::printf("predicted step: dense %.3f s (speedup %.1fx over one node)\n", p.dense,
+              p.dense_speedup(o.nodes));
+  for (size_t i = 0; i < sim::kPlannedAlgorithms.size(); ++i) {
+    std::printf("                DGC %-16s %.3f s\n", to_string(sim::kPlannedAlgorithms[i]),
+                p.dgc[i]);
+  }
+  std::printf(
+      "best exchange: %s, %.3f s per step (speedup %.1fx over one node, efficiency "
+      "%.2f)\n",
+      best, p.best_dgc(), p.dgc_speedup(o.nodes), p.dgc_speedup(o.nodes) / o.nodes);
+  if (p.compress()) {
+    std::printf("verdict: compress (DGC with --exchange %s is %.2fx faster than dense)\n", best,
+                p.dense / p.best_dgc());
+  } else {
+    std::printf("verdict: do not compress (dense is %.2fx faster than the best DGC exchange)\n",
+                p.best_dgc() / p.dense);
+  }
+}
+
+}  // namespace
+
+void run_plan_fit(const std::string& path);  // plan_fit.cc
+
+void add_plan(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Predicted dense and DGC step times, best exchange and whether to compress");
+  cmd->add_option("--model", o->model, "replay model (resnet50, alexnet, vgg16, lstm-ptb, cnn)")
+      ->capture_default_str();
+  cmd->add_option("--shapes", o->shapes_file,
+                  "a shapes file instead: one tensor per line, 'name dim dim ...'");
+  cmd->add_option("--nodes", o->nodes, "nodes (one rank each)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--platform", o->platform, "a platform of bench/platforms (e.g. ethernet-1g)");
+  cmd->add_option("--rate-gbit", o->rate_gbit, "or the link rate, Gbit/s");
+  cmd->add_option("--latency-ms", o->latency_ms, "and its one-way latency host to host, ms");
+  cmd->add_option("--compute-seconds", o->compute_seconds,
+                  "forward + backward time per step (default: the model's, dgc/sim/compute.h)");
+  cmd->add_option("--density", o->density, "DGC density after warm-up")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  cmd->add_option("--fit", o->fit_file,
+                  "refit the cost model to dgc-sim JSON lines and report how well it fits");
+  cmd->add_flag("--json", o->json, "one JSON line instead of text");
+  cmd->callback([o] {
+    if (!o->fit_file.empty()) {
+      run_plan_fit(o->fit_file);
+    } else {
+      print_plan(*o);
+    }
+  });
+}
+
+}  // namespace dgc::cli
