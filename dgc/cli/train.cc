@@ -163,6 +163,7 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
         } else {
           std::printf("  compression none (dense baseline)\n");
         }
+        if (!info.exchange_choice.empty()) std::printf("  %s\n", info.exchange_choice.c_str());
         if (info.buckets > 1) {
           std::printf(
               "  %lld gradient buckets of about %g MB, each exchanged during the backward "

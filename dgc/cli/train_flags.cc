@@ -155,9 +155,15 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
       ->capture_default_str();
   sub.add_option("--exchange", cmd.exchange,
                  "Exchange algorithm: allgather, direct (one all-to-all round), sparse-allreduce "
-                 "(Ok-Topk-style; what is not applied stays in the residual) or auto")
+                 "(Ok-Topk-style; what is not applied stays in the residual) or auto (with "
+                 "--link: the one dgc plan's cost model predicts fastest; without: by the "
+                 "number of workers and the message size)")
       ->check(CLI::IsMember(names_of(kExchangeAlgorithmNames)))
       ->capture_default_str();
+  sub.add_option("--link", cmd.options.exchange_link,
+                 "For --exchange auto: the link between the workers, a platform of "
+                 "bench/platforms (ethernet-1g, ethernet-10g, ethernet-100m, mobile, ...) or "
+                 "RATE_MBIT[:LATENCY_MS] (one way, host to host; default 0.05 ms)");
   opt.bucket_cap_mb = 25.0;  // dgc train's default, as DDP's (the library's is 0: one message)
   sub.add_option("--bucket-cap-mb", opt.bucket_cap_mb,
                  "Gradient buckets of about this many MB (fp32), in the reverse of the "

@@ -7,6 +7,7 @@
 
 #include "dgc/cli/train_command.h"
 #include "dgc/core/error.h"
+#include "dgc/train/exchange_choice.h"
 
 namespace dgc::cli {
 namespace {
@@ -63,6 +64,13 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
     throw InvalidArgument(
         "--lr-batch is the global batch --lr is meant for under --lr-scaling: add "
         "--lr-scaling sqrt (or linear), or drop it");
+  }
+  if (!options.exchange_link.empty()) {
+    if (opt.exchange != ExchangeAlgorithm::kAuto || opt.compression != train::Compression::kDgc) {
+      throw InvalidArgument(
+          "--link is what --exchange auto plans with: add --exchange auto (DGC), or drop it");
+    }
+    train::parse_link(options.exchange_link);  // a clear error now rather than at start-up
   }
   if (sub.count("--lr-batch-limit") > 0 && options.lr_scaling == train::LrScaling::kNone) {
     throw InvalidArgument(

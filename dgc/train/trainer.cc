@@ -10,6 +10,7 @@
 
 #include "dgc/core/error.h"
 #include "dgc/train/checkpoint.h"
+#include "dgc/train/exchange_choice.h"
 #include "dgc/train/models.h"
 #include "dgc/train/optimizer.h"
 #include "dgc/train/resume.h"
@@ -63,6 +64,20 @@ Trainer::Trainer(comm::Communicator& comm, const TrainOptions& options, const Ta
     options_.optimizer.lr.base = scaled_learning_rate(
         options_.optimizer.lr.base, options_.lr_scaling, options_.batch_size * comm_.size(),
         options_.lr_reference_batch, options_.lr_batch_limit);
+  }
+
+  // --exchange auto for a stated link: the cost model's choice, the same on every rank.
+  if (!options_.exchange_link.empty() && options_.optimizer.exchange == ExchangeAlgorithm::kAuto &&
+      options_.optimizer.compression == Compression::kDgc) {
+    std::vector<NamedShape> shapes;
+    for (const auto& p : worker_->model().named_parameters(/*recurse=*/true)) {
+      shapes.emplace_back(p.key(), p.value().sizes().vec());
+    }
+    const ExchangeChoice choice =
+        choose_exchange_for_link(shapes, comm_.size(), options_.optimizer.density.after_warmup,
+                                 parse_link(options_.exchange_link));
+    options_.optimizer.exchange = choice.algorithm;
+    exchange_choice_ = choice.text;
   }
 
   // The residual statistics read the one compressor of an unbucketed step.
@@ -194,6 +209,7 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
     info.authenticated = optimizer.authenticated();
     info.buckets = static_cast<int64_t>(optimizer.bucketed_step().bucket_count());
     info.one_message_reason = optimizer.bucketed_step().plan().one_message_reason;
+    info.exchange_choice = exchange_choice_;
     callbacks.on_start(info);
   }
 

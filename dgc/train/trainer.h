@@ -89,6 +89,10 @@ struct TrainOptions {
   // > 0: the rule stops at this global batch (larger ones get its rate; `dgc train` defaults to
   // 1,024 for the image task, the largest global batch at which the rule was seen to hold).
   int64_t lr_batch_limit = 0;
+  // With optimizer.exchange kAuto and DGC: the link between the workers (exchange_choice.h,
+  // parse_link: a platform name or "RATE_MBIT[:LATENCY_MS]"); auto then takes the exchange the
+  // cost model of `dgc plan` predicts fastest. Empty: auto keeps the size rule (choose_algorithm).
+  std::string exchange_link;
   // DGC: measure the residual on rank 0 every epoch (EpochMetrics::residual; residual_stats.h).
   bool residual_stats = false;
 };
@@ -112,6 +116,7 @@ struct RunInfo {
   bool authenticated = false;           // exchange messages carry HMAC-SHA256 tags (job secret)
   int64_t buckets = 1;                  // gradient buckets exchanged during the backward pass
   std::string one_message_reason;       // why there is one message (empty: buckets or 1 bucket)
+  std::string exchange_choice;  // with TrainOptions::exchange_link: what auto chose, and why
 };
 
 // Reported on rank 0 after every step.
@@ -222,6 +227,7 @@ class Trainer {
   int64_t start_iteration_ = 0;
   std::string resumed_from_;
   double resume_seconds_ = 0.0;
+  std::string exchange_choice_;  // RunInfo::exchange_choice
   // Resumed inside an epoch: the file (for the task's state) and the epoch's sums, until run()
   // has restored the epoch from them.
   std::unique_ptr<CheckpointFile> resume_file_;

@@ -26,6 +26,11 @@ done
 grep -q -- "default: 32 (image), 10 (lm), 4 (speech)" "$work/help" || fail "--batch-size defaults per task"
 grep -q -- "default: on (image, speech), off (lm)" "$work/help" || fail "--masking defaults per task"
 grep -q -- "default: 1024 (image), - (lm, speech)" "$work/help" || fail "--lr-batch-limit defaults per task"
+# --link is for --exchange auto, and names a platform or a rate.
+if "$dgc" train --link ethernet-1g --epochs 1 >"$work/bad" 2>&1; then fail "--link without auto was accepted"; fi
+grep -q -- "add --exchange auto" "$work/bad" || fail "--link without auto: $(cat "$work/bad")"
+if "$dgc" train --exchange auto --link fast --epochs 1 >"$work/bad" 2>&1; then fail "--link fast was accepted"; fi
+grep -q -- "RATE_MBIT\[:LATENCY_MS\]" "$work/bad" || fail "--link fast: $(cat "$work/bad")"
 # The learning-rate rule's batches mean nothing without the rule.
 for flag in "--lr-batch 256" "--lr-batch-limit 512"; do
   # shellcheck disable=SC2086
