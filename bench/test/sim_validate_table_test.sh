@@ -18,16 +18,25 @@ cat >"$tmp/s.jsonl" <<'L'
 {"platform":"ethernet-1g","nodes":2,"algorithm":"sparse-allreduce","exchange_s":0.031}
 {"platform":"ethernet-100m","nodes":4,"algorithm":"dense","exchange_s":12.0}
 L
-out=$(python3 "$table" "$tmp/m.jsonl" "$tmp/s.jsonl")
+cat >"$tmp/m2.jsonl" <<'L'
+{"profile":"1gbit","workers":2,"algorithm":"allgather","dgc_seconds":0.0125,"dense_seconds":2.00}
+L
+out=$(python3 "$table" "$tmp/s.jsonl" "a=$tmp/m.jsonl" "b=$tmp/m2.jsonl")
 echo "$out"
 expect() {
   grep -qF -- "$1" <<<"$out" || { echo "sim_validate_table_test: missing: $1" >&2; exit 1; }
 }
+expect "| link | ranks | exchange | simulated ms | measured ms, a (runs) | error | measured ms, b (runs) | error |"
 # Dense: the median of the three runs' 1.00, 1.20, 0.90 s is 1.00 s; simulated 1.10 s: +10%.
-expect "| 1 Gbit/s | 2 | dense | 1,100.0 | 1,000.0 (3) | +10.0% | yes (±15%) |"
-expect "| 1 Gbit/s | 2 | allgather | 12.0 | 10.0 (1) | +20.0% | yes (±25%) |"
-expect "| 1 Gbit/s | 2 | direct | 26.0 | 20.0 (1) | +30.0% | **no** (±25%) |"
-expect "| 1 Gbit/s | 2 | sparse-allreduce | 31.0 | 40.0 (1) | -22.5% | yes (±25%) |"
-expect "| 100 Mbit/s | 4 | dense | 12,000.0 | 10,000.0 (1) | +20.0% | **no** (±15%) |"
-expect "| 100 Mbit/s | 4 | allgather | - | 100.0 (1) | - | - |"
-expect "within target: 3 of 5"
+expect "| 1 Gbit/s | 2 | dense | 1,100.0 | 1,000.0 (3) | +10.0% | 2,000.0 (1) | **-45.0%** |"
+expect "| 1 Gbit/s | 2 | allgather | 12.0 | 10.0 (1) | +20.0% | 12.5 (1) | -4.0% |"
+expect "| 1 Gbit/s | 2 | direct | 26.0 | 20.0 (1) | **+30.0%** | - | - |"
+expect "| 1 Gbit/s | 2 | sparse-allreduce | 31.0 | 40.0 (1) | -22.5% | - | - |"
+expect "| 100 Mbit/s | 4 | dense | 12,000.0 | 10,000.0 (1) | **+20.0%** | - | - |"
+expect "| 100 Mbit/s | 4 | allgather | - | 100.0 (1) | - | - | - |"
+expect "within target (dense 15%, DGC 25%): a 3 of 5, b 1 of 2"
+# A measured file without a label is refused.
+if python3 "$table" "$tmp/s.jsonl" "$tmp/m.jsonl" >/dev/null 2>&1; then
+  echo "sim_validate_table_test: an unlabelled measured file was accepted" >&2
+  exit 1
+fi
