@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", o.warmup_steps, "untimed steps first");
   app.add_flag("--private-buffers", o.private_buffers, "no SMPI shared allocations");
   app.add_flag("--check", o.check, "check every update against the reference");
+  app.add_flag("--exchange-barrier", o.exchange_barrier,
+               "a barrier before each exchange, outside its time (as dgc bench exchange)");
   app.add_option("--platform", platform, "platform label for the output");
   app.add_option("--seed", o.seed, "seed of the synthetic gradients");
   int rc = 0;

@@ -45,6 +45,10 @@ struct SimOptions {
   int warmup_steps = 2;
   bool private_buffers = false;  // every rank owns its weights, gradient and update buffers
   bool check = false;  // check every step's update against the reference (needs private_buffers)
+  // A barrier between compression and the exchange, outside the exchange's time (as
+  // `dgc bench exchange` has before each exchange): the exchange time then leaves out the wait
+  // for ranks whose compression took longer. For checking against that benchmark.
+  bool exchange_barrier = false;
   double lr = 0.1;
   uint64_t seed = 1;
 };
