@@ -135,7 +135,7 @@ enum class Gradients { kIdentical, kDisjoint };
 
 std::optional<double> overlap_through_exchange(Gradients gradients, ExchangeAlgorithm algorithm,
                                                std::optional<double>* shared_all) {
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"w", {600}},
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"w", {20, 30}},
                                                                             {"b", {6}}};
   OptimizerOptions options;
   options.exchange = algorithm;
