@@ -74,6 +74,10 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
                  {"residual_l1", r.residual_l1},
                  {"residual_sent_l1", r.sent_l1},
                  {"residual_epochs", r.residual_epochs}});
+    if (r.selection_overlap) {
+      json.update({{"residual_selection_overlap", *r.selection_overlap},
+                   {"residual_selection_shared_all", *r.selection_shared_all}});
+    }
   }
   return json;
 }

@@ -253,7 +253,9 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
   sub.add_flag("--residual-stats", cmd.options.residual_stats,
                "DGC: measure rank 0's residual every epoch and add it to --metrics (residual_*: "
                "mean and 90th-percentile age in steps of the elements sent, the fraction never "
-               "sent, the residual's mass against the epoch's sent mass; default: off)");
+               "sent, the residual's mass against the epoch's sent mass; with allgather or "
+               "direct, the fraction of its selected indices other workers also selected; "
+               "default: off)");
   sub.add_option("--lr-decay", cmd.lr_decay,
                  "After warm-up: cosine (to 0 at the last epoch) or constant; step decay is an "
                  "experiment (--set lr_decay=step)")

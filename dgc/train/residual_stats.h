@@ -6,11 +6,17 @@
 //
 // Per epoch: the mean age of the elements this rank sent (steps since the element was last sent
 // by this rank, or since the first step), the fraction of compressed elements this rank has never
-// sent, and the residual's mass (sum of |v|) against the mass this rank sent in the epoch.
-// Costs one int32 per compressed element and a pass over the selected elements per step.
+// sent, and the residual's mass (sum of |v|) against the mass this rank sent in the epoch. With an
+// exchange that lists each position once per rank that selected it (allgather, direct), also the
+// overlap of the selections across ranks: the fraction of this rank's selected indices that at
+// least one other rank (or every rank) selected in the same step, over every kept step of the
+// epoch (the density warm-up's included), with no extra communication.
+// Costs one int32 and one byte per compressed element and a pass over the selected and the
+// received elements per step.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -18,6 +24,8 @@
 #include "dgc/core/selection.h"
 
 namespace dgc::train {
+
+class DistributedStep;
 
 struct ResidualEpochStats {
   double sent_age_mean = 0.0;  // steps since the element was last sent, over the epoch's sends
@@ -27,6 +35,11 @@ struct ResidualEpochStats {
   double sent_l1 = 0.0;              // sum of |value| of every element this rank sent in the epoch
   // residual_l1 / sent_l1: the residual in epochs of this rank's sending.
   double residual_epochs = 0.0;
+  // Of this rank's selected indices in the epoch's steps, the fraction that at least one other
+  // rank also selected in the same step, and the fraction that every rank selected; empty
+  // unless record_overlap() saw a step with more than one rank.
+  std::optional<double> selection_overlap;
+  std::optional<double> selection_shared_all;
 };
 
 class ResidualStats {
@@ -39,6 +52,13 @@ class ResidualStats {
   // (those past `tensors` are ignored).
   void record(int64_t iteration, std::span<const Selection> sent);
 
+  // After the same step: `written[t]` lists the positions the exchange added into compressed
+  // tensor t's update, each once per rank that selected it (this rank's included:
+  // Exchange::last_written with allgather or direct), `ranks` the number of ranks. Counts which
+  // of this rank's `sent` indices other ranks also selected. Tensors past `tensors` are ignored.
+  void record_overlap(std::span<const Selection> sent,
+                      std::span<const std::span<const uint64_t>> written, int ranks);
+
   // The epoch's statistics, with the compressor's velocity now; starts the next epoch's sums.
   ResidualEpochStats take(const Compressor& compressor);
 
@@ -48,6 +68,15 @@ class ResidualStats {
   double age_sum_ = 0.0;
   uint64_t sends_ = 0;
   double sent_l1_ = 0.0;
+  std::vector<std::vector<uint8_t>> selected_by_;  // per element: ranks (saturating), 0 between
+  uint64_t overlap_selected_ = 0;  // this rank's selected indices counted by record_overlap
+  uint64_t overlap_shared_ = 0;    // ... of which another rank selected too
+  uint64_t overlap_all_ = 0;       // ... of which every rank selected
 };
+
+// After a kept step of `step` (one bucket, unbucketed): its selections into stats.record_overlap,
+// with the exchange's written positions, when the exchange lists a position once per rank that
+// selected it (allgather, direct); nothing with sparse-allreduce.
+void record_selection_overlap(const DistributedStep& step, ResidualStats& stats);
 
 }  // namespace dgc::train

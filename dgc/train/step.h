@@ -158,6 +158,12 @@ class DistributedStep {
   std::span<const Selection> last_selections() const { return tensors_.selections; }
   // The number of compressed tensors (the compressor's tensors before the dense-path group).
   size_t compressed_tensors() const { return routing_.compressed.size(); }
+  // The positions the last run()'s exchange added into compressed tensor i's update
+  // (Exchange::last_written: with allgather and direct, once per rank that selected the position),
+  // and the algorithm the exchange runs (never kAuto).
+  std::span<const uint64_t> last_written(size_t i) const { return exchange_->last_written(i); }
+  ExchangeAlgorithm exchange_algorithm() const { return exchange_->algorithm(); }
+  int world_size() const { return comm_.size(); }
 
   const ExchangeBytes& last_bytes() const { return exchange_->last(); }
   // The job's run id (from the exchange handshake) and whether its messages are authenticated.

@@ -251,8 +251,9 @@ TrainSummary Trainer::run(const TrainCallbacks& callbacks) {
       if (taken) {
         progress.loss_sum += batch.loss.item<double>();
         if (residual_stats_) {
-          residual_stats_->record(optimizer.iteration() - 1,
-                                  optimizer.distributed_step().last_selections());
+          const DistributedStep& step = optimizer.distributed_step();
+          residual_stats_->record(optimizer.iteration() - 1, step.last_selections());
+          record_selection_overlap(step, *residual_stats_);
         }
       } else {
         // Skipped on every rank: its loss (likely not finite) stays out of the epoch's mean.
