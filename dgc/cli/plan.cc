@@ -69,16 +69,6 @@ std::vector<train::NamedShape> read_shapes(const std::string& path) {
   return shapes;
 }
 
-std::string rate_text(double bits) {
-  char text[64];
-  if (bits >= 1e9) {
-    std::snprintf(text, sizeof text, "%g Gbit/s", bits / 1e9);
-  } else {
-    std::snprintf(text, sizeof text, "%g Mbit/s", bits / 1e6);
-  }
-  return text;
-}
-
 void print_plan(const PlanOptions& o) {
   const auto shapes =
       o.shapes_file.empty() ? train::model_shapes(o.model) : read_shapes(o.shapes_file);
@@ -95,7 +85,7 @@ void print_plan(const PlanOptions& o) {
           "--latency-ms L (one way, host to host)");
     }
     link = {o.rate_gbit * 1e9, o.latency_ms / 1e3};
-    link_name = rate_text(link.bits_per_second);
+    link_name = sim::rate_text(link.bits_per_second);
   }
   double compute = o.compute_seconds;
   if (compute < 0) {
@@ -134,7 +124,7 @@ void print_plan(const PlanOptions& o) {
       static_cast<long long>(size.compressed), static_cast<long long>(size.dense_path),
       static_cast<long long>(size.selected), o.density);
   std::printf("%d nodes, link %s (%s, %.3g ms one way), compute %.3f s per step\n", o.nodes,
-              link_name.c_str(), rate_text(link.bits_per_second).c_str(),
+              link_name.c_str(), sim::rate_text(link.bits_per_second).c_str(),
               link.latency_seconds * 1e3, compute);
   std::printf("predicted step: dense %.3f s (speedup %.1fx over one node)\n", p.dense,
               p.dense_speedup(o.nodes));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include "dgc/core/error.h"
@@ -44,6 +45,16 @@ const std::vector<std::string>& platform_names() {
     return out;
   }();
   return names;
+}
+
+std::string rate_text(double bits_per_second) {
+  char text[64];
+  if (bits_per_second >= 1e9) {
+    std::snprintf(text, sizeof text, "%g Gbit/s", bits_per_second / 1e9);
+  } else {
+    std::snprintf(text, sizeof text, "%g Mbit/s", bits_per_second / 1e6);
+  }
+  return text;
 }
 
 ModelSize model_size(const std::vector<train::NamedShape>& shapes, double density) {

@@ -43,6 +43,8 @@ struct Link {
 // A named platform of bench/platforms (host to host: two links), or throws dgc::InvalidArgument.
 Link platform_link(const std::string& name);
 const std::vector<std::string>& platform_names();
+// "1 Gbit/s", "20 Mbit/s": a link rate for output.
+std::string rate_text(double bits_per_second);
 
 // What the model needs to know of a model's tensors.
 struct ModelSize {

@@ -14,16 +14,6 @@ bool parse_number(const std::string& text, double& value) {
   return result.ec == std::errc() && result.ptr == end;
 }
 
-std::string rate_text(double bits) {
-  char out[32];
-  if (bits >= 1e9) {
-    std::snprintf(out, sizeof out, "%g Gbit/s", bits / 1e9);
-  } else {
-    std::snprintf(out, sizeof out, "%g Mbit/s", bits / 1e6);
-  }
-  return out;
-}
-
 }  // namespace
 
 sim::Link parse_link(const std::string& text) {
@@ -61,7 +51,7 @@ ExchangeChoice choose_exchange_for_link(const std::vector<NamedShape>& shapes, i
   std::snprintf(line, sizeof line,
                 "exchange auto: %s for %d workers at %s, %.3g ms: predicted allgather %.3g ms, "
                 "direct %.3g ms, sparse-allreduce %.3g ms (dgc plan's cost model)",
-                to_string(choice.algorithm), workers, rate_text(link.bits_per_second).c_str(),
+                to_string(choice.algorithm), workers, sim::rate_text(link.bits_per_second).c_str(),
                 link.latency_seconds * 1e3, choice.seconds[0] * 1e3, choice.seconds[1] * 1e3,
                 choice.seconds[2] * 1e3);
   choice.text = line;
