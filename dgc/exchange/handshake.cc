@@ -113,13 +113,26 @@ std::vector<Item> items_of(const std::vector<Description>& all) {
     settings[r] = parse_key_value_lines(all[r].settings);
     for (const auto& kv : settings[r]) keys[kv.first] = true;
   }
-  for (const auto& [key, unused] : keys) {
+  auto add_setting = [&](const std::string& key) {
     Item item{detail::concat("setting '", key, "'"), std::vector<std::string>(n)};
     for (size_t r = 0; r < n; ++r) {
       auto it = settings[r].find(key);
       item.values[r] = it == settings[r].end() ? "(not set)" : "'" + it->second + "'";
     }
     items.push_back(std::move(item));
+  };
+  // The gradient buckets' keys (dgc/train/buckets.cc) last: a step that must travel in one
+  // message has none, so a differing setting that decides it (on_nonfinite, clipping) is the one
+  // to name.
+  static const std::vector<std::string> kBucketKeys = {"bucket_cap_mb", "last_bucket_cap_mb",
+                                                       "buckets", "bucket"};
+  for (const auto& [key, unused] : keys) {
+    if (std::find(kBucketKeys.begin(), kBucketKeys.end(), key) == kBucketKeys.end()) {
+      add_setting(key);
+    }
+  }
+  for (const auto& key : kBucketKeys) {
+    if (keys.count(key) != 0) add_setting(key);
   }
   add("the number of tensors",
       [](const Description& d) { return std::to_string(d.layout.size()); });

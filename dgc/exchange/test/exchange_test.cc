@@ -661,6 +661,21 @@ TEST(Handshake, MissingSettingIsNamed) {
       errors, {"setting 'nesterov'", "rank 0 has 'false'", "rank 3 has (not set)"});
 }
 
+// A rank whose step travels in one message has no bucket keys; the setting that decided it is
+// the one named, though 'bucket...' sorts before it.
+TEST(Handshake, BucketKeysAreNamedAfterTheSettingsThatDecideThem) {
+  const auto errors = handshake_errors([](int rank, auto&, auto& settings) {
+    settings +=
+        rank == 1 ? "on_nonfinite=skip\n" : "on_nonfinite=stop\nbucket_cap_mb=25\nbucket=0\n";
+  });
+  expect_same_error_everywhere(
+      errors, {"setting 'on_nonfinite'", "rank 0 has 'stop'", "rank 1 has 'skip'"});
+  const auto caps = handshake_errors([](int rank, auto&, auto& settings) {
+    settings += rank == 1 ? "bucket_cap_mb=5\nbucket=0\n" : "bucket_cap_mb=25\nbucket=0\n";
+  });
+  expect_same_error_everywhere(caps, {"setting 'bucket_cap_mb'", "rank 1 has '5'"});
+}
+
 TEST(Handshake, OrderMismatchIsNamed) {
   const auto errors = handshake_errors([](int rank, auto& layout, auto&) {
     if (rank == 1) std::swap(layout[1], layout[3]);
