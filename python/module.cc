@@ -6,9 +6,11 @@
 //
 // What is bound:
 //   Options            dgc::train::OptimizerOptions, from keyword arguments;
-//   Step               dgc::train::DistributedStep over a ProcessGroup communicator: the engine
-//                      of the DDP hook (dgc/torch.py);
+//   Step               dgc::train::BucketedStep over a ProcessGroup communicator: the engine
+//                      of the DDP hook (dgc/torch.py), one message or buckets started as DDP
+//                      hands them over during the backward pass;
 //   DGCError ...       the dgc::Error family as Python exceptions, messages unchanged;
+//   _choose_exchange   the exchange dgc plan's cost model predicts fastest for a stated link;
 //   _distributed_optimizer_steps  runs the C++ DistributedOptimizer over a process group (the
 //                      reference the tests compare the hook with).
 #include <pybind11/pybind11.h>
@@ -27,6 +29,8 @@
 #include "dgc/core/auth.h"
 #include "dgc/core/clip.h"
 #include "dgc/core/error.h"
+#include "dgc/train/buckets.h"
+#include "dgc/train/exchange_choice.h"
 #include "dgc/train/optimizer.h"
 #include "dgc/train/step.h"
 #include "python/device_compressor.h"
@@ -50,7 +54,8 @@ OptimizerOptions make_options(const std::string& compression, double density, do
                               double timeout_seconds, const std::string& dense_path,
                               double dense_path_density, const std::string& selection_scope,
                               const std::string& clip_scaling, const std::string& on_nonfinite,
-                              int64_t max_consecutive_skips) {
+                              int64_t max_consecutive_skips, double bucket_cap_mb,
+                              double last_bucket_cap_mb) {
   DGC_CHECK(iterations_per_epoch >= 1, "iterations_per_epoch must be at least 1, got ",
             iterations_per_epoch, " (pass the length of the training data loader)");
   DGC_CHECK(warmup_stages >= 0, "warmup_stages must be >= 0, got ", warmup_stages);
@@ -84,6 +89,11 @@ OptimizerOptions make_options(const std::string& compression, double density, do
   DGC_CHECK(max_consecutive_skips >= 1, "max_consecutive_skips must be at least 1, got ",
             max_consecutive_skips);
   o.max_consecutive_skips = max_consecutive_skips;
+  DGC_CHECK(bucket_cap_mb >= 0, "bucket_cap_mb must be >= 0 (0: one message), got ", bucket_cap_mb);
+  o.bucket_cap_mb = bucket_cap_mb;
+  DGC_CHECK(last_bucket_cap_mb >= 0,
+            "last_bucket_cap_mb must be >= 0 (0: as the cap gives it), got ", last_bucket_cap_mb);
+  o.last_bucket_cap_mb = last_bucket_cap_mb;
   // The learning rate belongs to the user's optimizer; the C++ reference runs use it constant.
   o.lr.warmup_epochs = 0;
   o.lr.decay = LearningRateSchedule::Decay::kConstant;
@@ -143,7 +153,9 @@ comm::ProcessGroupOptions group_options(const OptimizerOptions& options,
   return {.timeout = options.timeout, .device = c10::Device(device)};
 }
 
-// A DistributedStep with the communicator it runs over.
+// A BucketedStep (dgc/train/buckets.h) with the communicator it runs over: one message (run), or
+// buckets whose steps start on its communication thread as the DDP hook hands their gradients
+// over during the backward pass (gradients_ready ... finish).
 class Step {
  public:
   Step(c10::intrusive_ptr<c10d::ProcessGroup> group, const std::vector<std::string>& names,
@@ -151,6 +163,7 @@ class Step {
        const std::string& run_settings, const std::string& device)
       : comm_(comm::connect_process_group(std::move(group), group_options(options, device))),
         step_(*comm_, named_shapes(names, shapes), options, run_settings) {}
+  ~Step() { step_.stop(); }
 
   // grads[i], weights[i]: tensor i of the layout. The directions are written into grads (zeros
   // when every rank skipped the step: then returns false).
@@ -158,34 +171,91 @@ class Step {
     const auto& layout = step_.layout();
     DGC_CHECK_EQ(grads.size(), layout.size(), "gradient tensors (one per parameter)");
     DGC_CHECK_EQ(weights.size(), layout.size(), "weight tensors (one per parameter)");
-    std::vector<torch::Tensor> host_grads, host_weights;
     std::vector<std::span<float>> grad_spans;
     std::vector<std::span<const float>> weight_spans;
     for (size_t i = 0; i < layout.size(); ++i) {
-      DGC_CHECK_EQ(grads[i].numel(), layout[i].numel(), "elements of the gradient of '",
-                   layout[i].name, "'");
-      host_grads.push_back(host_float(grads[i], "the gradient of '" + layout[i].name + "'"));
-      host_weights.push_back(host_float(weights[i].detach(), "parameter '" + layout[i].name + "'"));
-      grad_spans.push_back(span_of(host_grads.back()));
-      weight_spans.push_back(span_of(host_weights.back()));
+      hold(i, grads[i], weights[i]);
+      grad_spans.push_back(span_of(held_.back().host_grad));
+      weight_spans.push_back(span_of(held_.back().host_weight));
     }
     bool taken = false;
     {
       py::gil_scoped_release release;
       taken = step_.run(grad_spans, weight_spans, grad_spans);
     }
-    for (size_t i = 0; i < grads.size(); ++i) {
-      if (!host_grads[i].is_same(grads[i])) grads[i].copy_(host_grads[i].view_as(grads[i]));
-    }
+    give_back();
     return taken;
   }
 
-  train::DistributedStep& step() { return step_; }
+  // The gradients of layout tensors `indices` are final (one DDP bucket's): each of our buckets
+  // starts once all its tensors are given. The tensors must stay alive until finish(), which
+  // writes the directions into `grads`.
+  void gradients_ready(const std::vector<int64_t>& indices, const std::vector<torch::Tensor>& grads,
+                       const std::vector<torch::Tensor>& weights) {
+    DGC_CHECK_EQ(grads.size(), indices.size(), "gradient tensors (one per index)");
+    DGC_CHECK_EQ(weights.size(), indices.size(), "weight tensors (one per index)");
+    for (size_t k = 0; k < indices.size(); ++k) {
+      DGC_CHECK(indices[k] >= 0 && static_cast<size_t>(indices[k]) < step_.layout().size(),
+                "tensor index ", indices[k], " outside the layout's ", step_.layout().size());
+      const auto t = static_cast<size_t>(indices[k]);
+      hold(t, grads[k], weights[k]);
+      Held& h = held_.back();
+      step_.gradient_ready(t, span_of(h.host_grad), span_of(h.host_weight), span_of(h.host_grad));
+    }
+  }
+
+  // Waits for every bucket of the step (every tensor must have been given), writes the
+  // directions into the gradients given and returns as run() does.
+  bool finish() {
+    bool taken = false;
+    try {
+      py::gil_scoped_release release;
+      taken = step_.finish();
+    } catch (...) {
+      held_.clear();
+      throw;
+    }
+    give_back();
+    return taken;
+  }
+
+  // A step in flight is abandoned (after an error on this rank's side of the hook); the state is
+  // then unusable for further steps.
+  void abandon() {
+    {
+      py::gil_scoped_release release;
+      step_.stop();
+    }
+    held_.clear();
+  }
+
+  train::BucketedStep& step() { return step_; }
   comm::Communicator& comm() { return *comm_; }
 
  private:
+  // A tensor given to the step: the caller's gradient and the float32 host tensors the step works
+  // on (the same tensors where the caller's already are).
+  struct Held {
+    torch::Tensor grad, host_grad, host_weight;
+  };
+  void hold(size_t t, const torch::Tensor& grad, const torch::Tensor& weight) {
+    const auto& spec = step_.layout()[t];
+    DGC_CHECK_EQ(grad.numel(), spec.numel(), "elements of the gradient of '", spec.name, "'");
+    DGC_CHECK_EQ(weight.numel(), spec.numel(), "elements of parameter '", spec.name, "'");
+    held_.push_back({grad, host_float(grad, "the gradient of '" + spec.name + "'"),
+                     host_float(weight.detach(), "parameter '" + spec.name + "'")});
+  }
+  // The directions back into the caller's gradients where the step worked on copies.
+  void give_back() {
+    for (Held& h : held_) {
+      if (!h.host_grad.is_same(h.grad)) h.grad.copy_(h.host_grad.view_as(h.grad));
+    }
+    held_.clear();
+  }
+
   std::unique_ptr<comm::Communicator> comm_;
-  train::DistributedStep step_;
+  train::BucketedStep step_;
+  std::vector<Held> held_;
 };
 
 // A DeviceStep (device_step.h) with the communicator it runs over: the hook's step when the
@@ -256,6 +326,17 @@ py::tuple compare_step(const torch::Tensor& grad, const torch::Tensor& momentum,
                                        reference.rounds, reference.hierarchical));
 }
 
+// DGCState(exchange="auto", link=...): the exchange the cost model predicts fastest for these
+// shapes, workers, density and link (as `dgc train --exchange auto --link`); returns its name and
+// the line that says so.
+py::tuple choose_exchange(const std::vector<std::string>& names,
+                          const std::vector<std::vector<int64_t>>& shapes, int workers,
+                          double density, const std::string& link) {
+  const train::ExchangeChoice choice = train::choose_exchange_for_link(
+      named_shapes(names, shapes), workers, density, train::parse_link(link));
+  return py::make_tuple(std::string(to_string(choice.algorithm)), choice.text);
+}
+
 // A module holding given tensors as its parameters, for the C++ optimizer reference.
 struct TensorModule : torch::nn::Module {
   TensorModule(const std::vector<std::string>& names, const std::vector<torch::Tensor>& weights) {
@@ -274,8 +355,9 @@ struct TensorModule : torch::nn::Module {
 std::vector<torch::Tensor> distributed_optimizer_steps(
     c10::intrusive_ptr<c10d::ProcessGroup> group, const std::vector<std::string>& names,
     const std::vector<torch::Tensor>& weights, const std::vector<std::vector<torch::Tensor>>& grads,
-    OptimizerOptions options, double lr) {
+    OptimizerOptions options, double lr, double bucket_cap_mb) {
   options.lr.base = lr;
+  options.bucket_cap_mb = bucket_cap_mb;
   auto comm = comm::connect_process_group(std::move(group), group_options(options, "cpu"));
   TensorModule model(names, weights);
   {
@@ -350,7 +432,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("exchange") = "allgather", py::arg("seed") = 0, py::arg("timeout") = 60.0,
            py::arg("dense_path") = "grouped", py::arg("dense_path_density") = 0.1,
            py::arg("selection_scope") = "tensor", py::arg("clip_scaling") = "paper",
-           py::arg("on_nonfinite") = "stop", py::arg("max_consecutive_skips") = 10)
+           py::arg("on_nonfinite") = "stop", py::arg("max_consecutive_skips") = 10,
+           py::arg("bucket_cap_mb") = 0.0, py::arg("last_bucket_cap_mb") = 0.0)
       .def("describe", [](const dgc::train::OptimizerOptions& o) { return describe(o); })
       .def("__repr__", [](const dgc::train::OptimizerOptions& o) {
         return "dgc.Options(\n" + describe(o) + ")";
@@ -364,6 +447,16 @@ PYBIND11_MODULE(_C, m) {
            py::arg("run_settings") = "", py::arg("device") = "cpu",
            py::call_guard<py::gil_scoped_release>())
       .def("run", &dp::Step::run, py::arg("grads"), py::arg("weights"))
+      .def("gradients_ready", &dp::Step::gradients_ready, py::arg("indices"), py::arg("grads"),
+           py::arg("weights"))
+      .def("finish", &dp::Step::finish)
+      .def("abandon", &dp::Step::abandon)
+      .def_property_readonly("bucket_count", [](dp::Step& s) { return s.step().bucket_count(); })
+      .def_property_readonly("buckets", [](dp::Step& s) { return s.step().plan().buckets; })
+      .def_property_readonly("one_message_reason",
+                             [](dp::Step& s) { return s.step().plan().one_message_reason; })
+      .def_property_readonly("last_wait_seconds",
+                             [](dp::Step& s) { return s.step().last_wait_seconds(); })
       .def_property(
           "iteration", [](dp::Step& s) { return s.step().iteration(); },
           [](dp::Step& s, int64_t i) { s.step().set_iteration(i); })
@@ -570,7 +663,12 @@ PYBIND11_MODULE(_C, m) {
         py::arg("velocity"), py::arg("options"), py::arg("density"), py::arg("seed"),
         "One step of the device compressor and of the core's on the same state (for tests).");
 
+  m.def("_choose_exchange", &dp::choose_exchange, py::arg("names"), py::arg("shapes"),
+        py::arg("workers"), py::arg("density"), py::arg("link"),
+        "The exchange dgc plan's cost model predicts fastest: (name, the line that says so).");
   m.def("_distributed_optimizer_steps", &dp::distributed_optimizer_steps, py::arg("process_group"),
         py::arg("names"), py::arg("weights"), py::arg("grads"), py::arg("options"), py::arg("lr"),
-        "Runs the C++ DistributedOptimizer over the process group (a reference for tests).");
+        py::arg("bucket_cap_mb") = 0.0,
+        "Runs the C++ DistributedOptimizer over the process group (a reference for tests; one "
+        "message unless bucket_cap_mb is given, whatever the options say).");
 }

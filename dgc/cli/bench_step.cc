@@ -136,6 +136,7 @@ Measured measure(comm::Communicator& comm, const std::vector<train::NamedShape>&
   options.compressor.seed = o.seed;
   options.timeout = comm::Timeout{static_cast<int64_t>(o.timeout_seconds * 1000.0)};
   options.bucket_cap_mb = cap_mb;
+  options.last_bucket_cap_mb = o.last_bucket_cap_mb;
   train::DistributedOptimizer optimizer(comm, module, options, "model=" + model);
 
   const int world = comm.size();
@@ -322,6 +323,11 @@ void add_bench_step(CLI::App& bench) {
   cmd->add_option("--bucket-cap-mb", o->bucket_cap_mb,
                   "With --replay: the overlapped runs' gradient bucket cap (MB, as DDP's)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--last-bucket-mb", o->last_bucket_cap_mb,
+                  "With --replay: the overlapped runs' last bucket at most this size (MB; 0: as "
+                  "the cap gives it), as dgc train's --last-bucket-mb")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->callback([o] {
     if (std::find(o->models.begin(), o->models.end(), "all") != o->models.end()) {

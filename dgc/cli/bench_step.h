@@ -29,7 +29,8 @@ struct BenchStepOptions {
   // Replay the backward pass: the gradients in backward order over the compute time (in
   // proportion to each layer's forward FLOPs), the step's buckets overlapped with it.
   bool replay = false;
-  double bucket_cap_mb = 25.0;  // with replay: the overlapped runs' bucket cap
+  double bucket_cap_mb = 25.0;      // with replay: the overlapped runs' bucket cap
+  double last_bucket_cap_mb = 1.0;  // and the size of their last bucket (0: as the cap gives it)
 };
 
 struct Measured {

@@ -3,12 +3,14 @@
 // cost model of dgc/sim/cost_model.h (constants fitted to the simulated cluster).
 //   dgc plan --model resnet50 --nodes 64 --platform ethernet-1g
 //   dgc plan --shapes FILE --nodes 16 --rate-gbit 10 --latency-ms 0.02 --compute-seconds 0.1
+//   dgc plan --checkpoint runs/a/ckpt --nodes 64 --platform ethernet-1g --compute-seconds 0.2
 // --fit FILE: refits the constants from dgc-sim's JSON lines (bench/sim_scaling.sh --out) and
 // reports, for every simulated step, the model's error, and for every (model, platform, nodes)
 // with dense and all three exchanges simulated, whether the model picks the fastest.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -23,6 +25,7 @@
 #include "dgc/core/error.h"
 #include "dgc/sim/compute.h"
 #include "dgc/sim/cost_model.h"
+#include "dgc/train/checkpoint.h"
 
 namespace dgc::cli {
 namespace {
@@ -30,6 +33,7 @@ namespace {
 struct PlanOptions {
   std::string model = "resnet50";
   std::string shapes_file;
+  std::string checkpoint;
   int nodes = 16;
   std::string platform;
   double rate_gbit = 0.0;
@@ -69,10 +73,46 @@ std::vector<train::NamedShape> read_shapes(const std::string& path) {
   return shapes;
 }
 
+// The parameters of a `dgc train` checkpoint (its model/param/ records, in name order): `path` is
+// one rank's file, or the --checkpoint prefix of a run, whose newest rank-0 file is read. Sets
+// `file` to the file read.
+std::vector<train::NamedShape> checkpoint_shapes(const std::string& path, std::string& file) {
+  file = path;
+  if (!std::filesystem::is_regular_file(path)) {
+    const auto steps = train::checkpoint_steps(path, 0);
+    if (steps.empty()) {
+      throw InvalidArgument(detail::concat("no checkpoint at ", path,
+                                           ": give a checkpoint file (PREFIX.stepS.rankR) or the ",
+                                           "--checkpoint prefix of a dgc train run"));
+    }
+    file = train::checkpoint_path(path, steps.back(), 0);
+  }
+  const train::CheckpointFile checkpoint = train::CheckpointFile::read(file);
+  const std::string prefix = "model/param/";
+  std::vector<train::NamedShape> shapes;
+  for (const auto& [name, record] : checkpoint.records()) {
+    if (name.rfind(prefix, 0) == 0) shapes.push_back({name.substr(prefix.size()), record.shape});
+  }
+  if (shapes.empty()) {
+    throw DataError(file +
+                    " holds no model parameters (no model/param/ records): give a "
+                    "checkpoint that dgc train wrote");
+  }
+  return shapes;
+}
+
 void print_plan(const PlanOptions& o) {
-  const auto shapes =
-      o.shapes_file.empty() ? train::model_shapes(o.model) : read_shapes(o.shapes_file);
-  const std::string name = o.shapes_file.empty() ? o.model : o.shapes_file;
+  std::string name = o.model;
+  std::vector<train::NamedShape> shapes;
+  if (!o.checkpoint.empty()) {
+    shapes = checkpoint_shapes(o.checkpoint, name);
+  } else if (!o.shapes_file.empty()) {
+    shapes = read_shapes(o.shapes_file);
+    name = o.shapes_file;
+  } else {
+    shapes = train::model_shapes(o.model);
+  }
+  const bool replay_model = o.checkpoint.empty() && o.shapes_file.empty();
   sim::Link link;
   std::string link_name;
   if (!o.platform.empty()) {
@@ -90,7 +130,7 @@ void print_plan(const PlanOptions& o) {
   double compute = o.compute_seconds;
   if (compute < 0) {
     const auto& defaults = sim::default_compute_seconds();
-    const auto it = o.shapes_file.empty() ? defaults.find(o.model) : defaults.end();
+    const auto it = replay_model ? defaults.find(o.model) : defaults.end();
     if (it == defaults.end()) {
       throw InvalidArgument("no default compute time for " + name + ": give --compute-seconds");
     }
@@ -155,8 +195,12 @@ void add_plan(CLI::App& app) {
       "plan", "Predicted dense and DGC step times, best exchange and whether to compress");
   cmd->add_option("--model", o->model, "replay model (resnet50, alexnet, vgg16, lstm-ptb, cnn)")
       ->capture_default_str();
-  cmd->add_option("--shapes", o->shapes_file,
-                  "a shapes file instead: one tensor per line, 'name dim dim ...'");
+  auto* shapes = cmd->add_option("--shapes", o->shapes_file,
+                                 "a shapes file instead: one tensor per line, 'name dim dim ...'");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "or the model of a dgc train checkpoint: a rank's file, or the run's "
+                  "--checkpoint prefix (its newest rank-0 file)")
+      ->excludes(shapes);
   cmd->add_option("--nodes", o->nodes, "nodes (one rank each)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

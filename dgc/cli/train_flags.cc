@@ -173,6 +173,13 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "selection, clipping and --on-nonfinite skip always send one message")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  opt.last_bucket_cap_mb = 1.0;  // dgc train's default (the library's is 0)
+  sub.add_option("--last-bucket-mb", opt.last_bucket_cap_mb,
+                 "With buckets: the last bucket of tensors (the first layers, whose gradients come "
+                 "last, so none of its work overlaps the backward pass) cut to about this many MB, "
+                 "the rest of the bucket the cap gives going before it; 0: as the cap gives it")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   // fp16 and bf16 are experiments (--set dense_path=fp16|bf16); the flag still takes them, as a
   // deprecated spelling, and lists the others.
   sub.add_option("--dense-path", cmd.dense_path,

@@ -90,6 +90,29 @@ BucketPlan plan_buckets(const std::vector<TensorSpec>& layout, const OptimizerOp
     }
   }
   if (!current.empty()) plan.buckets.push_back(std::move(current));
+  // The last bucket of tensors waits for the first layer's gradient: keep it small, so that what
+  // remains after the backward pass is little.
+  const double last_cap_bytes = options.last_bucket_cap_mb * 1024.0 * 1024.0;
+  const auto bucket_bytes = [&](const std::vector<size_t>& bucket) {
+    double total = 0.0;
+    for (const size_t t : bucket) total += 4.0 * static_cast<double>(layout[t].numel());
+    return total;
+  };
+  if (last_cap_bytes > 0 && !plan.buckets.empty() && plan.buckets.back().size() > 1 &&
+      bucket_bytes(plan.buckets.back()) > last_cap_bytes) {
+    std::vector<size_t>& last = plan.buckets.back();  // backward order: its first layer at the end
+    double tail_bytes = 0.0;
+    size_t keep = last.size();
+    while (keep > 1 && tail_bytes + 4.0 * static_cast<double>(layout[last[keep - 1]].numel()) <=
+                           last_cap_bytes) {
+      tail_bytes += 4.0 * static_cast<double>(layout[last[keep - 1]].numel());
+      --keep;
+    }
+    if (keep == last.size()) --keep;  // its first tensor alone is over the cap
+    std::vector<size_t> tail(last.begin() + static_cast<std::ptrdiff_t>(keep), last.end());
+    last.resize(keep);
+    plan.buckets.push_back(std::move(tail));
+  }
   if (!group.empty()) plan.buckets.push_back(std::move(group));
   for (auto& bucket : plan.buckets) std::reverse(bucket.begin(), bucket.end());
   return plan;
@@ -101,6 +124,7 @@ BucketedStep::BucketedStep(
     OptimizerOptions options, const std::string& run_settings) {
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
   DGC_CHECK_GE(options.bucket_cap_mb, 0.0, "bucket cap (--bucket-cap-mb), MB");
+  DGC_CHECK_GE(options.last_bucket_cap_mb, 0.0, "last bucket cap (--last-bucket-mb), MB");
   settings_ = step_settings(options, run_settings);
   layout_ = make_layout(named_shapes, options.policy);
   const bool dgc = options.compression == Compression::kDgc;
@@ -117,6 +141,7 @@ BucketedStep::BucketedStep(
     std::string settings = run_settings;
     if (!settings.empty() && settings.back() != '\n') settings += '\n';
     settings += detail::concat("bucket_cap_mb=", options.bucket_cap_mb,
+                               "\nlast_bucket_cap_mb=", options.last_bucket_cap_mb,
                                "\nbuckets=", plan_.buckets.size(), "\n");
     for (size_t b = 0; b < plan_.buckets.size(); ++b) {
       std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;

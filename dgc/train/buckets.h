@@ -9,7 +9,9 @@
 // buckets of about cap_mb MB (2^20 bytes, fp32): a bucket closes as soon as it holds cap_mb or
 // more, so a tensor larger than the cap is a bucket of its own. With DGC and the grouped dense
 // path (DensePath::kGrouped) the dense-path tensors are not in those buckets but form one last
-// bucket, the group: its selection runs over all of them at once. Buckets are exchanged in that
+// bucket, the group: its selection runs over all of them at once. With options.last_bucket_cap_mb
+// the last bucket of tensors, which can start only when the backward pass has ended, is cut down:
+// its first layers up to that size form a bucket of their own. Buckets are exchanged in that
 // order on the one communicator, each by a DistributedStep over its tensors with an Exchange (and
 // a handshake) of its own.
 //

@@ -147,6 +147,12 @@ struct OptimizerOptions {
   // library; `dgc train` defaults to 25, as DDP). Not in describe(): the weights do not depend on
   // it; the buckets' own handshakes check that every rank has the same.
   double bucket_cap_mb = 0.0;
+  // With buckets: the last bucket of tensors (the first layers', whose gradients are ready only
+  // when the backward pass ends, so that none of its work overlaps it) is cut to about this many
+  // MB: of the bucket the cap makes last, the first layers up to this size (at least one tensor)
+  // form the last bucket and the rest the bucket before it. 0: as the cap makes it. Not in
+  // describe(), as bucket_cap_mb.
+  double last_bucket_cap_mb = 0.0;
 
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
   int64_t iterations_per_epoch = 1;

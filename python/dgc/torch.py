@@ -3,9 +3,17 @@
     state = dgc.torch.DGCState(ddp_model, sgd, iterations_per_epoch=len(loader))
     ddp_model.register_comm_hook(state, dgc.torch.dgc_hook)
 
-What runs where. DDP calls the hook once per gradient bucket. The hook holds every bucket until
-the last one of the iteration, then runs one dgc step over the whole model, exactly as the C++
-front end's DistributedOptimizer does (docs/training.md): local clipping over all gradients,
+What runs where. DDP calls the hook once per gradient bucket, during the backward pass. The hook
+runs the dgc step of the C++ front end's DistributedOptimizer (docs/training.md) in buckets of
+its own (``bucket_cap_mb``, by default DDP's: the tensors in reverse order, as DDP assigns them):
+each bucket's momentum correction, selection, encoding and exchange start on a communication
+thread as soon as DDP has handed over all its gradients, while the backward pass goes on, and the
+last bucket DDP hands over waits for whatever is still in flight. Per-tensor selection makes this
+the same mathematics as one step over the whole model, bit for bit. Where a bucket cannot start
+before the whole gradient is known (``selection_scope="global"``, clipping, ``on_nonfinite="skip"``,
+a 16-bit dense path, ``exchange="sparse-allreduce"``, the device compressor, ``bucket_cap_mb=0``)
+the hook holds every bucket until the last one and runs one step over the whole model
+(``DGCState.one_message_reason`` says why). The step: local clipping over all gradients,
 momentum correction, sampled threshold selection and momentum factor masking per compressed tensor
 (more than one dimension and at least `min_compress_numel` elements), one fused message per worker
 over the process group, dense-path tensors (biases, small tensors) averaged with ordinary momentum,
@@ -142,6 +150,18 @@ class DGCState:
     selection_scope: "tensor" (each tensor its own threshold, the paper's) or "global" (one
         threshold over every parameter at once, the dense path included; needs dense_path
         "grouped"), as `dgc train --selection-scope`.
+    link: with ``exchange="auto"``, the network between the ranks, as ``dgc train --link``: a
+        platform of bench/platforms (``"ethernet-1g"``, ``"mobile"``, ...) or
+        ``"RATE_MBIT[:LATENCY_MS]"``; auto then takes the exchange that ``dgc plan``'s cost model
+        predicts fastest for this model, world size and density, and ``exchange_choice`` holds
+        the line that says so (also logged at INFO on the "dgc" logger). Without a link, auto
+        chooses by the size rule of the exchange.
+    bucket_cap_mb: the size of the hook's own buckets in MB (2^20 bytes of float32); None (the
+        default) takes the DDP model's ``bucket_cap_mb``; 0 holds every bucket until the last and
+        sends one message per step. ``bucket_count``, ``buckets`` and ``one_message_reason`` say
+        what was planned. last_bucket_cap_mb: the last bucket of tensors (the first layers, whose
+        gradients come last, so that none of its work overlaps the backward pass) cut to about
+        this many MB (0: as the cap gives it), as ``dgc train --last-bucket-mb``.
 
     on_nonfinite: when any rank's gradient holds NaN or Inf: "stop" (every rank raises
         dgc.NumericError, nothing applied) or "skip" (every rank skips the step: the hook hands
@@ -194,6 +214,9 @@ class DGCState:
         on_nonfinite="stop",
         max_consecutive_skips=10,
         compressor="auto",
+        bucket_cap_mb=None,
+        last_bucket_cap_mb=1.0,
+        link=None,
     ):
         if not dist.is_available() or not dist.is_initialized():
             raise InvalidArgument(
@@ -214,6 +237,31 @@ class DGCState:
         self._momentum = momentum
         self._weight_decay = weight_decay
         _check_optimizer(optimizer, self.params, momentum, weight_decay)
+        names = [n for n, _ in self.params]
+        shapes = [list(p.shape) for _, p in self.params]
+        self.exchange_choice = ""
+        if link is not None:
+            if exchange != "auto":
+                raise InvalidArgument(
+                    f"link={link!r} chooses the exchange only with exchange='auto' (got "
+                    f"exchange={exchange!r}): pass exchange='auto', or leave link out"
+                )
+            if compression == "dgc":
+                exchange, self.exchange_choice = _C._choose_exchange(
+                    names, shapes, dist.get_world_size(group), density, link
+                )
+                _log.info("dgc: %s", self.exchange_choice)
+        # Chosen before the options: the device compressor runs one message.
+        self.compressor = _choose_compressor(
+            compressor,
+            self.params,
+            dict(compression=compression, selection_scope=selection_scope, dense_path=dense_path,
+                 exchange=exchange),
+        )
+        if bucket_cap_mb is None:
+            bucket_cap_mb = getattr(model, "bucket_bytes_cap", 25 * 2**20) / 2**20
+        if bucket_cap_mb < 0:
+            raise InvalidArgument(f"bucket_cap_mb must be >= 0 (0: one message), got {bucket_cap_mb}")
         self.options = _C.Options(
             compression=compression,
             density=density,
@@ -239,17 +287,11 @@ class DGCState:
             clip_scaling=clip_scaling,
             on_nonfinite=on_nonfinite,
             max_consecutive_skips=max_consecutive_skips,
+            bucket_cap_mb=bucket_cap_mb if self.compressor == "core" else 0.0,
+            last_bucket_cap_mb=last_bucket_cap_mb,
         )
         # NCCL takes CUDA tensors only: the exchange's buffers then live on this rank's GPU.
         exchange_device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
-        names = [n for n, _ in self.params]
-        shapes = [list(p.shape) for _, p in self.params]
-        self.compressor = _choose_compressor(
-            compressor,
-            self.params,
-            dict(compression=compression, selection_scope=selection_scope, dense_path=dense_path,
-                 exchange=exchange),
-        )
         if self.compressor == "device":
             # The gradients, momenta and velocities stay on the parameters' device; only the
             # selections (and the dense-path values) come to the host (dgc/python/device_step.h).
@@ -261,6 +303,33 @@ class DGCState:
             self._step = _C.Step(group, names, shapes, self.options, "hook=ddp\n", exchange_device)
         self._index = {id(p): i for i, (_, p) in enumerate(self.params)}
         self._pending = []  # (buffer, gradients, parameters, future) of this iteration's buckets
+        self._bucketed = self.compressor == "core" and self._step.bucket_count > 1
+        if self._bucketed:
+            _log.info("dgc: %d buckets of at most %g MB, each started as DDP hands it over",
+                      self._step.bucket_count, bucket_cap_mb)
+        elif self.one_message_reason:
+            _log.info("dgc: one message per step: %s", self.one_message_reason)
+
+    # How the step is cut (see the module comment).
+    @property
+    def bucket_count(self):
+        """The hook's buckets, each exchanged as soon as its gradients are ready (1: one message)."""
+        return self._step.bucket_count if self.compressor == "core" else 1
+
+    @property
+    def buckets(self):
+        """Each bucket's parameter names, in the order the buckets are exchanged."""
+        if self.compressor != "core":
+            return [[n for n, _ in self.params]]
+        return [[self.params[i][0] for i in bucket] for bucket in self._step.buckets]
+
+    @property
+    def one_message_reason(self):
+        """Why the step travels in one message ("" when it is cut into buckets, or when one bucket
+        holds the whole model anyway)."""
+        if self.compressor != "core":
+            return "the device compressor runs one step over the whole model"
+        return self._step.one_message_reason
 
     # What the next / last step does and sent.
     @property
@@ -293,7 +362,12 @@ class DGCState:
 
     @property
     def last_timings(self):
-        return self._step.last_timings
+        """Seconds of the last step's parts (summed over the buckets, which run beside the
+        backward pass) and, with buckets, "wait": what the last bucket waited for them."""
+        timings = dict(self._step.last_timings)
+        if self._bucketed:
+            timings["wait"] = self._step.last_wait_seconds
+        return timings
 
     def state_dict(self):
         """This rank's state: u, v, the dense and weight-decay momenta, the RNG, the iteration.
@@ -346,33 +420,55 @@ class DGCState:
         self._step.set_bytes(state["total_bytes"], state["post_warmup_bytes"])
         self._step.set_skipped_steps(state.get("skipped_steps", 0), state.get("consecutive_skips", 0))
 
+    def _index_of(self, parameter):
+        index = self._index.get(id(parameter))
+        if index is None:
+            raise InvalidArgument(
+                "DDP handed the hook a parameter DGCState does not know: create "
+                "DGCState from the DDP model the hook is registered on"
+            )
+        return index
+
+    @staticmethod
+    def _fail(pending, error):
+        for _, _, _, future in pending:
+            future.set_exception(error)
+
     def _add(self, bucket):
         future = torch.futures.Future()
-        self._pending.append((bucket.buffer(), bucket.gradients(), bucket.parameters(), future))
+        if not self._bucketed:
+            self._pending.append((bucket.buffer(), bucket.gradients(), bucket.parameters(), future))
+            return future
+        # Our buckets whose gradients are now all given start on the communication thread.
+        first = not self._pending
+        self._pending.append((bucket.buffer(), None, None, future))
+        try:
+            if first:
+                _check_optimizer(self.optimizer, self.params, self._momentum, self._weight_decay)
+            parameters = bucket.parameters()
+            indices = [self._index_of(p) for p in parameters]
+            self._step.gradients_ready(indices, bucket.gradients(), parameters)
+        except BaseException as error:
+            # Buckets already started cannot be taken back: this state can take no further step.
+            self._step.abandon()
+            pending, self._pending = self._pending, []
+            self._fail(pending, error)
+            raise
         return future
 
-    def _run(self):
+    def _finish(self):
+        """The bucketed step: waits for every bucket still in flight."""
         pending, self._pending = self._pending, []
         try:
-            _check_optimizer(self.optimizer, self.params, self._momentum, self._weight_decay)
-            grads = [None] * len(self.params)
-            for _, gradients, parameters, _ in pending:
-                for g, p in zip(gradients, parameters):
-                    index = self._index.get(id(p))
-                    if index is None:
-                        raise InvalidArgument(
-                            "DDP handed the hook a parameter DGCState does not know: create "
-                            "DGCState from the DDP model the hook is registered on"
-                        )
-                    grads[index] = g
-            absent = [self.params[i][0] for i, g in enumerate(grads) if g is None]
-            if absent:
-                raise InvalidArgument(f"no gradient bucket held parameter '{absent[0]}'")
-            taken = self._step.run(grads, [p for _, p in self.params])
+            taken = self._step.finish()
         except BaseException as error:
-            for _, _, _, future in pending:
-                future.set_exception(error)
+            self._fail(pending, error)
             raise
+        self._report(taken)
+        for buffer, _, _, future in pending:
+            future.set_result(buffer)
+
+    def _report(self, taken):
         if not taken:
             _log.warning(
                 "dgc: skipped iteration %d: non-finite gradient on %d of %d rank(s), nothing "
@@ -382,6 +478,26 @@ class DGCState:
                 self._step.world_size,
                 self._step.skipped_steps,
             )
+
+    def _run(self):
+        if self._bucketed:
+            self._finish()
+            return
+        pending, self._pending = self._pending, []
+        try:
+            _check_optimizer(self.optimizer, self.params, self._momentum, self._weight_decay)
+            grads = [None] * len(self.params)
+            for _, gradients, parameters, _ in pending:
+                for g, p in zip(gradients, parameters):
+                    grads[self._index_of(p)] = g
+            absent = [self.params[i][0] for i, g in enumerate(grads) if g is None]
+            if absent:
+                raise InvalidArgument(f"no gradient bucket held parameter '{absent[0]}'")
+            taken = self._step.run(grads, [p for _, p in self.params])
+        except BaseException as error:
+            self._fail(pending, error)
+            raise
+        self._report(taken)
         for buffer, _, _, future in pending:
             future.set_result(buffer)
 
@@ -389,8 +505,10 @@ class DGCState:
 def dgc_hook(state, bucket):
     """The DDP communication hook: register with model.register_comm_hook(state, dgc_hook).
 
-    Holds each bucket until the iteration's last one, then runs the DGC step over all of them
-    and completes every bucket's future with its direction (see the module comment).
+    Hands each bucket's gradients to the step as they arrive (the hook's buckets start as soon as
+    their gradients are all there), or holds them for one message; at the iteration's last bucket
+    waits for the step and completes every bucket's future with its direction (see the module
+    comment).
     """
     future = state._add(bucket)
     if bucket.is_last():

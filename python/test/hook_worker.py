@@ -3,7 +3,7 @@ MASTER_ADDR and MASTER_PORT in the environment). Every check compares against an
 result: the C++ DistributedOptimizer over the same process group, plain DDP, or the run that was
 not interrupted. Exits non-zero (with the reason) on the first failed check.
 
-    hook_worker.py equivalence | dense | resume | errors | nonfinite | device
+    hook_worker.py equivalence | dense | buckets | resume | errors | nonfinite | device
                    [--device cpu|cuda] [--backend gloo|nccl]
 
 --device cuda puts each rank's model on GPU LOCAL_RANK % count (the "device" case then compares
@@ -137,6 +137,23 @@ def equivalence():
         check(state.iteration == STEPS, f"iteration {state.iteration}")
         check(0 < state.last_bytes["message"] < state.last_bytes["dense_gradient"] / 10, f"bytes {state.last_bytes}")
         print(f"rank {rank}: equivalence nesterov={nesterov} {scope}: max |hook - C++| = {difference:.3g}, moved {moved:.3g}")
+    # exchange="auto" with a stated link: the cost model's choice (as dgc train --link), the same
+    # on every rank, and the hook equal to the C++ optimizer with that exchange.
+    model, optimizer, state = hook_model(dict(DGC_SETTINGS, exchange="auto", link="20:20"))
+    world = dist.get_world_size()
+    check(state.exchange_choice.startswith(f"exchange auto: ")
+          and f" for {world} workers at 20 Mbit/s, 20 ms: predicted allgather " in state.exchange_choice,
+          f"exchange choice '{state.exchange_choice}'")
+    chosen = state.exchange_choice.split()[2]
+    check(f"exchange={chosen}" in state.options.describe(), f"{chosen} not in {state.options.describe()}")
+    start = weights(model)
+    train(model, optimizer, range(STEPS))
+    grads = [gradients(rank, s, start) for s in range(STEPS)]
+    names = [n for n, _ in model.module.named_parameters()]
+    reference = dgc._C._distributed_optimizer_steps(dist.group.WORLD, names, start, grads, state.options, LR)
+    difference = max_difference(weights(model), reference)
+    check(difference < 1e-5, f"exchange auto ({chosen}): hook vs C++ optimizer differ by {difference}")
+    print(f"rank {rank}: {state.exchange_choice}")
 
 
 def dense():
@@ -163,6 +180,69 @@ def dense():
             check(moved > 1e-2, f"plain DDP did not move ({moved})")
             check(difference < 1e-5, f"{settings} nesterov={nesterov}: hook vs plain DDP differ by {difference}")
             print(f"rank {rank}: {settings} nesterov={nesterov}: max |hook - DDP| = {difference:.3g}")
+
+
+def buckets():
+    """The hook's own buckets (bucket_cap_mb), each started as DDP hands its gradients over during
+    the backward pass: weights, state and RNG bit for bit those of one message per step, and the
+    C++ optimizer's within rounding; settings that need the whole gradient keep one message."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # DDP's first bucket (1 MiB) would hold this small model whole; with 4,000 bytes DDP hands it
+    # over in two buckets from the second iteration on (the first hands one: DDP's own order).
+    first_bucket = dist._DEFAULT_FIRST_BUCKET_BYTES
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 4000
+    try:
+        for extra in (dict(), dict(nesterov=True, masking=False), dict(compression="none")):
+            settings = dict(DGC_SETTINGS, **extra)
+            runs = {}
+            for cap in (0.004, 0.0):  # 4,194 bytes: conv, weight, then the dense-path group
+                model = DDP(FixedGradients(), bucket_cap_mb=0.004)
+                optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0, weight_decay=0)
+                state = dgc.torch.DGCState(model, optimizer, bucket_cap_mb=cap, **settings)
+                model.register_comm_hook(state, dgc.torch.dgc_hook)
+                start = weights(model)
+                train(model, optimizer, range(STEPS))
+                runs[cap] = (weights(model), state.state_dict(), state)
+            (bucketed, bucketed_state, state), (single, single_state, one) = runs[0.004], runs[0.0]
+            # Each bucket's tensors in the model's order; the buckets in backward order.
+            expected = [["conv"], ["weight"], ["bias", "small"]] if "compression" not in extra else \
+                [["conv", "small"], ["weight", "bias"]]
+            check(state.buckets == expected, f"{extra}: buckets {state.buckets}, expected {expected}")
+            check(state.bucket_count == len(expected) and one.bucket_count == 1,
+                  f"{extra}: bucket counts {state.bucket_count}, {one.bucket_count}")
+            check("wait" in state.last_timings, f"{extra}: no wait in {state.last_timings}")
+            check(one.one_message_reason != "", "bucket_cap_mb=0 gave no reason for one message")
+            moved = max_difference(bucketed, start)
+            check(moved > 1e-2, f"{extra}: the weights did not move ({moved})")
+            if extra.get("compression") == "none" and world > 2:
+                # A ring allreduce sums an element in an order that depends on where it falls in
+                # the buffer: bit for bit with 2 ranks, equal up to float32 rounding with more.
+                difference = max_difference(bucketed, single)
+                check(difference < 1e-6, f"{extra}: bucketed vs one message differ by {difference}")
+            else:
+                check(all(torch.equal(a, b) for a, b in zip(bucketed, single)),
+                      f"{extra}: bucketed vs one message differ by {max_difference(bucketed, single)}")
+                check(all(torch.equal(bucketed_state["buffers"][k], v) for k, v in single_state["buffers"].items())
+                      and bucketed_state["rng"] == single_state["rng"],
+                      f"{extra}: the bucketed state differs from one message's")
+            names = [n for n, _ in model.module.named_parameters()]
+            grads = [gradients(rank, s, start) for s in range(STEPS)]
+            reference = dgc._C._distributed_optimizer_steps(dist.group.WORLD, names, start, grads, state.options, LR)
+            difference = max_difference(bucketed, reference)
+            check(difference < 1e-5, f"{extra}: bucketed hook vs C++ optimizer differ by {difference}")
+            print(f"rank {rank}: buckets {extra}: {state.bucket_count} buckets equal one message, "
+                  f"max |hook - C++| = {difference:.3g}")
+    finally:
+        dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket
+    # Settings that need the whole gradient keep one message, and say why.
+    for extra, text in ((dict(selection_scope="global"), "global"), (dict(clip_norm=1.0), "clip")):
+        model, optimizer, state = hook_model(dict(DGC_SETTINGS, bucket_cap_mb=0.004, **extra))
+        check(state.bucket_count == 1 and text in state.one_message_reason,
+              f"{extra}: {state.bucket_count} buckets, reason '{state.one_message_reason}'")
+        train(model, optimizer, range(2))
+    expect_error(dgc.InvalidArgument, "bucket_cap_mb must be >= 0",
+                 lambda: hook_model(dict(DGC_SETTINGS, bucket_cap_mb=-1)))
+    print(f"rank {rank}: one message where the step needs the whole gradient")
 
 
 def resume():
@@ -244,6 +324,11 @@ def errors():
     expect_error(dgc.MismatchError, "density",
                  lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=1,
                                             density=0.001 if rank == 0 else 0.01))
+    # A link chooses the exchange only with exchange="auto"; an unknown link names the forms.
+    expect_error(dgc.InvalidArgument, "pass exchange='auto'",
+                 lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=1, link="ethernet-1g"))
+    expect_error(dgc.InvalidArgument, "RATE_MBIT[:LATENCY_MS]",
+                 lambda: dgc.torch.DGCState(model, sgd, iterations_per_epoch=1, exchange="auto", link="fast"))
     # Momentum set in SGD after the hook was created: the next step refuses.
     model, optimizer, state = hook_model(DGC_SETTINGS)
     optimizer.param_groups[0]["momentum"] = 0.9
@@ -346,7 +431,9 @@ def device():
     exact = DEVICE.type == "cpu"
     for settings in cases:
         bad_step = 2 if settings.get("on_nonfinite") == "skip" else None
-        core, core_sgd, core_state = hook_model(dict(settings, compressor="core"), device=DEVICE)
+        # One message, as the device compressor sends (the core's buckets equal it: buckets()).
+        core, core_sgd, core_state = hook_model(dict(settings, compressor="core", bucket_cap_mb=0),
+                                                device=DEVICE)
         train(core, core_sgd, range(STEPS), bad_step)
         mine, mine_sgd, mine_state = hook_model(dict(settings, compressor="device"), device=DEVICE)
         check(mine_state.compressor == "device", f"compressor {mine_state.compressor}")
@@ -430,7 +517,7 @@ def main():
     launch = "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "spawned"
     print(f"rank {dist.get_rank()} of {dist.get_world_size()}: launched by {launch}")
     try:
-        {"equivalence": equivalence, "dense": dense, "resume": resume, "errors": errors,
+        {"equivalence": equivalence, "dense": dense, "buckets": buckets, "resume": resume, "errors": errors,
          "nonfinite": nonfinite, "device": device}[case]()
     finally:
         dist.destroy_process_group()

@@ -93,12 +93,13 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-using Case = std::tuple<int, double, Compression, DensePath>;  // world, cap MB, ...
+// world, cap MB, compression, dense path, last bucket cap MB
+using Case = std::tuple<int, double, Compression, DensePath, double>;
 
 class Buckets : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Buckets, EqualTheUnbucketedStepBitForBit) {
-  const auto [world, cap_mb, compression, dense_path] = GetParam();
+  const auto [world, cap_mb, compression, dense_path, last_cap_mb] = GetParam();
   constexpr int kSteps = 12;
   const Shapes shapes = model_shapes();
   // The fp32 ring allreduce sums in an order that depends on the buffer from 3 ranks on.
@@ -108,6 +109,7 @@ TEST_P(Buckets, EqualTheUnbucketedStepBitForBit) {
     OptimizerOptions options = step_options(compression, dense_path);
     BucketedStep one(comm, shapes, options);
     options.bucket_cap_mb = cap_mb;
+    options.last_bucket_cap_mb = last_cap_mb;
     BucketedStep bucketed(comm, shapes, options);
     EXPECT_EQ(one.bucket_count(), 1u);
     EXPECT_GT(bucketed.bucket_count(), 1u) << "the cap should cut the model into buckets";
@@ -151,11 +153,19 @@ INSTANTIATE_TEST_SUITE_P(
     Worlds, Buckets,
     ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(0.001, 0.02),
                        ::testing::Values(Compression::kDgc),
-                       ::testing::Values(DensePath::kGrouped, DensePath::kExact)));
+                       ::testing::Values(DensePath::kGrouped, DensePath::kExact),
+                       ::testing::Values(0.0)));
 INSTANTIATE_TEST_SUITE_P(Dense, Buckets,
                          ::testing::Combine(::testing::Values(1, 2, 4), ::testing::Values(0.01),
                                             ::testing::Values(Compression::kNone),
-                                            ::testing::Values(DensePath::kExact)));
+                                            ::testing::Values(DensePath::kExact),
+                                            ::testing::Values(0.0)));
+// The last bucket of tensors cut down to conv1 alone (--last-bucket-mb).
+INSTANTIATE_TEST_SUITE_P(
+    LastBucket, Buckets,
+    ::testing::Combine(::testing::Values(2, 4), ::testing::Values(0.02),
+                       ::testing::Values(Compression::kDgc, Compression::kNone),
+                       ::testing::Values(DensePath::kGrouped), ::testing::Values(0.002)));
 
 TEST(BucketPlan, ReverseOrderUnderTheCapWithTheDensePathGroupLast) {
   std::vector<TensorSpec> layout;
@@ -171,6 +181,28 @@ TEST(BucketPlan, ReverseOrderUnderTheCapWithTheDensePathGroupLast) {
   EXPECT_EQ(plan.buckets[1], (std::vector<size_t>{0, 3}));
   EXPECT_EQ(plan.buckets[2], (std::vector<size_t>{1, 2, 4, 5, 8}));
   EXPECT_TRUE(plan.one_message_reason.empty());
+
+  // The last bucket of tensors at most 2,000 floats: conv1 (432) leaves conv2 (4608) before it.
+  options.last_bucket_cap_mb = 8000.0 / (1 << 20);
+  const BucketPlan cut = plan_buckets(layout, options, 2);
+  ASSERT_EQ(cut.buckets.size(), 4u);
+  EXPECT_EQ(cut.buckets[1], (std::vector<size_t>{3}));
+  EXPECT_EQ(cut.buckets[2], (std::vector<size_t>{0}));
+  EXPECT_EQ(cut.buckets[3], (std::vector<size_t>{1, 2, 4, 5, 8}));
+  // A last cap below conv1's size still cuts conv1 off alone; one tensor stays as it is.
+  options.last_bucket_cap_mb = 100.0 / (1 << 20);
+  EXPECT_EQ(plan_buckets(layout, options, 2).buckets[2], (std::vector<size_t>{0}));
+  options.bucket_cap_mb = 1.0;  // every tensor in one bucket: fc, conv3, conv2, conv1
+  options.last_bucket_cap_mb = 21000.0 / (1 << 20);  // conv1 and conv2 fit, conv3 does not
+  const BucketPlan whole = plan_buckets(layout, options, 2);
+  ASSERT_EQ(whole.buckets.size(), 3u);
+  EXPECT_EQ(whole.buckets[0], (std::vector<size_t>{6, 7}));
+  EXPECT_EQ(whole.buckets[1], (std::vector<size_t>{0, 3}));
+  // A last bucket within the last cap stays whole.
+  options.last_bucket_cap_mb = 1.0;
+  EXPECT_EQ(plan_buckets(layout, options, 2).buckets.size(), 2u);
+  options.last_bucket_cap_mb = 0.0;
+  options.bucket_cap_mb = 20000.0 / (1 << 20);
 
   options.selection_scope = SelectionScope::kGlobal;
   EXPECT_NE(plan_buckets(layout, options, 2).one_message_reason.find("global"), std::string::npos);

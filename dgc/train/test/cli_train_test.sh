@@ -61,6 +61,19 @@ for f in ckpt.step32.rank0 ckpt.step32.rank1 ckpt.step64.rank0 ckpt.step64.rank1
   [ -f "$work/$f" ] || fail "checkpoint file $f missing: $(ls "$work")"
 done
 
+# dgc plan takes the model of a run's checkpoints: the prefix reads the newest rank-0 file.
+"$dgc" plan --checkpoint "$work/ckpt" --nodes 16 --platform ethernet-1g --compute-seconds 0.01 \
+  >"$work/plan" 2>&1 || fail "dgc plan --checkpoint failed: $(cat "$work/plan")"
+params=$(grep -o "^dgc train: [a-z0-9]*, [0-9]* parameters" "$work/out" | grep -o "[0-9]* parameters")
+[ -n "$params" ] || fail "no parameter count in the training output: $(head -3 "$work/out")"
+grep -q "^model $work/ckpt.step64.rank0: $params (" "$work/plan" ||
+  fail "dgc plan --checkpoint: expected '$params' of $work/ckpt.step64.rank0: $(cat "$work/plan")"
+grep -q "^verdict: " "$work/plan" || fail "dgc plan --checkpoint: no verdict: $(cat "$work/plan")"
+if "$dgc" plan --checkpoint "$work/nothing" --nodes 4 --platform ethernet-1g \
+  --compute-seconds 0.01 >"$work/bad" 2>&1; then fail "dgc plan took a missing checkpoint"; fi
+grep -q "no checkpoint at $work/nothing: give a checkpoint file" "$work/bad" ||
+  fail "dgc plan, missing checkpoint: $(cat "$work/bad")"
+
 # Resuming a finished run evaluates the same model again.
 "$dgc" train "${small[@]}" --epochs 2 --checkpoint "$work/ckpt" --resume >"$work/resumed" ||
   fail "resume failed: $(cat "$work/resumed")"
