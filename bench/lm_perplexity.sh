@@ -3,7 +3,7 @@
 # LSTM on the King James Bible (dgc train --task lm) twice with the same seed, data, model and
 # settings -- dense (--compression none) and DGC (d = 0.001 after a one-epoch density warm-up in
 # the paper's 4 exponential stages, local gradient clipping the paper's way: each worker's share of
-# the summed gradient at clip-norm / sqrt(4), clip_scaling paper) -- with 4 local
+# the summed gradient at clip-norm / sqrt(N), clip_scaling paper) -- with 4 local
 # workers, a one-epoch linear learning-rate warm-up and cosine decay. Writes both curves (JSON
 # lines, one object per epoch), both logs and a markdown table:
 #
@@ -12,7 +12,7 @@
 #
 # Usage: bench/lm_perplexity.sh [--out DIR] [--epochs N] [--seed S] [--train-examples N]
 #                               [--warmup-epochs E] [--dgc BINARY] [--mean-clip] [--masking]
-#                               [--per-tensor] [--skip-existing] [--checkpoints]
+#                               [--per-tensor] [--skip-existing] [--checkpoints] [--workers N]
 #                               [-- extra `dgc train` flags for all runs]
 # DGC runs the lm task's defaults: momentum factor masking off and one threshold over the whole
 # model (--selection-scope global; dgc/train/tasks/lm.h says why).
@@ -29,6 +29,9 @@
 # --checkpoints makes every run checkpoint after each epoch (OUT/NAME.ckpt.step<S>.rank<r>, the
 # newest kept), so that its final model is there to analyse (`dgc lm-words`: the loss by word
 # frequency).
+# --workers N: local workers (default 4), each with its batch of 10 x 35 tokens: the global batch
+# grows with N and an epoch has fewer steps; the learning rate stays (the lm task keeps
+# --lr-scaling none) and each worker's clip follows clip-norm / sqrt(N).
 # Defaults: --out runs/lm_perplexity, --epochs 30, --seed 1, --train-examples 0 (all 28,002
 # training verses: 526 steps per epoch, 15,780 in all), --dgc build/bin/dgc. The two runs go at
 # once; on an otherwise idle 2-core machine they took 1h07m (dense) and 56m55s (DGC).
@@ -51,6 +54,7 @@ masking=0
 per_tensor=0
 skip_existing=0
 checkpoints=0
+workers=4
 dgc=build/bin/dgc
 extra=()
 while (($#)); do
@@ -66,6 +70,7 @@ while (($#)); do
     --per-tensor) per_tensor=1; shift ;;
     --skip-existing) skip_existing=1; shift ;;
     --checkpoints) checkpoints=1; shift ;;
+    --workers) workers=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "lm_perplexity.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -78,7 +83,7 @@ fi
 mkdir -p "$out"
 
 # Everything but the compression is shared by both runs.
-common=(--task lm --workers 4 --epochs "$epochs" --seed "$seed" --train-examples "$train_examples"
+common=(--task lm --workers "$workers" --epochs "$epochs" --seed "$seed" --train-examples "$train_examples"
         --batch-size 10 --bptt 35 --vocabulary 5000 --embedding 100 --hidden 100 --dropout 0.2
         --lr "$lr" --lr-warmup-epochs 1 --lr-decay cosine --momentum 0.9
         --weight-decay 0 --progress lines)
@@ -195,6 +200,6 @@ if command -v gnuplot >/dev/null; then
     labels+=(--label "DGC, per tensor")
   fi
   "$dgc" plot "${plot_runs[@]}" "${labels[@]}" --out "$out/plots" \
-    --name lm --metric test_perplexity --title "lm, 4 workers" >/dev/null &&
+    --name lm --metric test_perplexity --title "lm, $workers workers" >/dev/null &&
     echo "charts: $out/plots/lm-test_perplexity-epoch.png (and -time, -bytes)"
 fi
