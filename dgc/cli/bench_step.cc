@@ -22,7 +22,7 @@
 // `untimed_iterations` untimed ones). Without --replay the time per training step is
 //   step_seconds = compute_seconds + that median,
 // where compute_seconds stands for the forward and backward pass on an accelerator (a setting;
-// see kComputeSeconds for the defaults and their sources): the optimizer step after the backward
+// see dgc/sim/compute.h for the defaults and their sources): the optimizer step after the backward
 // pass, not overlapped with it, as in the paper; with --replay it is the median itself.
 // Scaling efficiency = N-rank throughput / (N x one-rank throughput) = step_1 / step_N, where
 // step_1 is measured in this process on a world of one (compute + the local optimizer step,
@@ -60,6 +60,7 @@
 #include "dgc/cli/statistics.h"
 #include "dgc/comm/launch.h"
 #include "dgc/core/error.h"
+#include "dgc/sim/compute.h"
 #include "dgc/train/model_shapes.h"
 #include "dgc/train/optimizer.h"
 
@@ -70,24 +71,11 @@ using bench_step::BenchStepOptions;
 using bench_step::Measured;
 using bench_step::Row;
 
-// Default compute time per step (forward + backward on one accelerator), seconds. Sources:
-//   resnet50, vgg16, alexnet: the training throughput (images/s, batch 30, SGD) of the MXNet
-//   fine-tuning benchmark on a Maxwell GeForce GTX TITAN X (knjcode/mxnet-finetuner,
-//   docs/benchmark.md): ResNet-50 109.98, VGG-16 59.80, CaffeNet (AlexNet's one-GPU variant)
-//   1019.24 images/s, i.e. 0.273 s, 0.502 s and 0.029 s for 30 images;
-//   lstm-ptb and cnn: no published figure at hand; 0.1 s is an assumption, flagged as a default
-//   in the output (pass --compute-seconds).
-// The reference figure for ResNet-50 is 0.1 s (pass --compute-seconds 0.1).
-const std::map<std::string, double>& default_compute_seconds() {
-  static const std::map<std::string, double> seconds = {
-      {"resnet50", 30.0 / 109.98},
-      {"vgg16", 30.0 / 59.80},
-      {"alexnet", 30.0 / 1019.24},
-      {"lstm-ptb", 0.1},
-      {"cnn", 0.1},
-  };
-  return seconds;
-}
+// The default compute time per step (forward + backward on one accelerator) and its sources:
+// dgc/sim/compute.h, shared with the simulated cluster and `dgc plan`. lstm-ptb and cnn have no
+// published figure (0.1 s, flagged as a default in the output: pass --compute-seconds); the
+// issue's reference figure for ResNet-50 is 0.1 s (pass --compute-seconds 0.1).
+using sim::default_compute_seconds;
 
 // A module that only holds parameters of the given names and shapes.
 struct ShapeModule : torch::nn::Module {
