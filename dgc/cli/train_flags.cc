@@ -173,6 +173,13 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
                  "selection, clipping and --on-nonfinite skip always send one message")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  sub.add_option("--pipeline", opt.pipeline,
+                 "1: the pipelined step: each step's compression and exchange run while the next "
+                 "step's forward and backward pass compute, and the next step applies its update "
+                 "first (one step of staleness, for high-latency links); one message per step. "
+                 "0: synchronous")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   opt.last_bucket_cap_mb = 1.0;  // dgc train's default (the library's is 0)
   sub.add_option("--last-bucket-mb", opt.last_bucket_cap_mb,
                  "With buckets: the last bucket of tensors (the first layers, whose gradients come "

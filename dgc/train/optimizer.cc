@@ -49,9 +49,24 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
       model_(model),
       params_(collect_parameters(model)),
       step_(comm, named_shapes(params_), std::move(options), run_settings) {
-  // Directions are stored only with buckets: one bucket applies them in the step's own pass.
-  if (step_.bucket_count() > 1) {
+  // Directions are stored only with buckets (one bucket applies them in the step's own pass), and
+  // when pipelined (applied at the next step).
+  if (step_.bucket_count() > 1 || pipelined()) {
     for (const auto& p : params_) directions_.emplace_back(static_cast<size_t>(p.tensor.numel()));
+  }
+  if (pipelined()) {
+    DGC_CHECK(step_.options().pipeline == 1, "--pipeline must be 0 or 1, got ",
+              step_.options().pipeline);
+    if (step_.options().on_nonfinite == NonFinitePolicy::kSkip) {
+      throw InvalidArgument(
+          "--pipeline 1 cannot skip a step (--on-nonfinite skip): a non-finite gradient is known "
+          "only when the next step has been computed; use --on-nonfinite stop");
+    }
+    for (const auto& p : params_) {
+      pipeline_grads_.emplace_back(static_cast<size_t>(p.tensor.numel()));
+    }
+    started_ = step_.iteration();
+    finished_bytes_ = step_.total_bytes();
   }
 
   // The initial broadcast: every rank starts from rank 0's model.
@@ -96,6 +111,7 @@ void DistributedOptimizer::update_weight(size_t i, float lr) {
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
+  if (in_flight_.valid()) in_flight_.wait();  // its error, if any, is no one's any more
   for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
   step_.stop();  // before the gradients and directions it may still read go
 }
@@ -124,7 +140,11 @@ double DistributedOptimizer::learning_rate() const {
   return lr_at(options().lr, iteration(), options().iterations_per_epoch);
 }
 
-double DistributedOptimizer::density() const { return step_.density(); }
+double DistributedOptimizer::density() const {
+  if (!pipelined()) return step_.density();
+  if (options().compression == Compression::kNone) return 1.0;
+  return density_at(options().density, iteration(), options().iterations_per_epoch);
+}
 
 int64_t DistributedOptimizer::warmup_iterations() const { return step_.warmup_iterations(); }
 
@@ -136,6 +156,7 @@ bool DistributedOptimizer::step() {
     if (!given_[i]) gradient_ready(i);
   }
   std::fill(given_.begin(), given_.end(), uint8_t{0});
+  if (pipelined()) return pipelined_step();
   const auto run_start = Clock::now();
   if (step_.bucket_count() == 1) {
     // The step and the update w -= lr * direction at the step's learning rate in one pass
@@ -185,7 +206,53 @@ bool DistributedOptimizer::step() {
   return true;
 }
 
+void DistributedOptimizer::flush() {
+  if (!in_flight_.valid()) return;
+  bool taken = false;
+  try {
+    taken = in_flight_.get();
+  } catch (...) {
+    started_ = step_.iteration();
+    finished_bytes_ = step_.total_bytes();
+    throw;
+  }
+  if (taken) {
+    const auto lr = static_cast<float>(step_.update_lr_at(in_flight_iteration_));
+    for (size_t i = 0; i < params_.size(); ++i) update_weight(i, lr);
+  }
+  finished_bytes_ = step_.total_bytes();
+  const auto& t = step_.last_timings();
+  timings_.compress = t.compress;
+  timings_.exchange = t.exchange;
+  timings_.update = t.update;
+}
+
+bool DistributedOptimizer::pipelined_step() {
+  // Step t-1's update first: step t's weight decay reads the weights with it, as a synchronous
+  // step t would.
+  flush();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const float* g = grads_[i].data_ptr<float>();
+    std::copy(g, g + pipeline_grads_[i].size(), pipeline_grads_[i].begin());
+    grads_[i] = torch::Tensor();
+  }
+  in_flight_iteration_ = step_.iteration();
+  ++started_;
+  in_flight_ = std::async(std::launch::async, [this] {
+    std::vector<std::span<float>> grads, directions;
+    std::vector<std::span<const float>> weights;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      grads.emplace_back(pipeline_grads_[i]);
+      weights.emplace_back(float_span(params_[i].tensor));
+      directions.emplace_back(directions_[i]);
+    }
+    return step_.run(grads, weights, directions);
+  });
+  return true;
+}
+
 void DistributedOptimizer::synchronize_buffers() {
+  flush();
   std::vector<torch::Tensor> buffers;
   size_t bytes = 0;
   for (const auto& b : model_.buffers(/*recurse=*/true)) {
@@ -210,6 +277,7 @@ void DistributedOptimizer::synchronize_buffers() {
 }
 
 void DistributedOptimizer::check_agreement() {
+  flush();
   uint8_t mine[8];
   store_le(mine, static_cast<uint64_t>(iteration()));
   const auto all = comm_.allgatherv(mine, options().timeout);
@@ -227,6 +295,7 @@ void DistributedOptimizer::check_agreement() {
 }
 
 void DistributedOptimizer::save(CheckpointFile& file) const {
+  DGC_CHECK(!in_flight_.valid(), "save() while a pipelined step is in flight: flush() first");
   file.put_text("optimizer/settings", settings());
   file.put_text("optimizer/world_size", std::to_string(comm_.size()));
   file.put_text("optimizer/rank", std::to_string(comm_.rank()));

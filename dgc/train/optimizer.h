@@ -17,9 +17,19 @@
 // communicator must not be used by another thread meanwhile. With buckets, every backward pass
 // through the model must be followed by one step(). The model and communicator must
 // outlive the optimizer.
+//
+// Pipelined (options.pipeline 1): step() waits for the previous step, applies its update, copies
+// this step's gradients and starts this step on a thread of its own, which owns the communicator
+// and the step's state until the next step(), flush(), synchronize_buffers(), check_agreement() or
+// the destructor waits for it. Meanwhile only iteration(), learning_rate(), density(),
+// total_bytes() and last_timings() may be read (they describe the steps started so far, the bytes
+// and times of those finished); call flush() before anything else: evaluating, save(), other use
+// of the communicator. Not with NonFinitePolicy::kSkip (a skipped step is known a step late); one
+// message per step (no gradient buckets).
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -57,6 +67,9 @@ class DistributedOptimizer {
   // applies nothing on every rank and returns false (the iteration advances; skipped_steps()
   // counts it). dgc::CommError / dgc::DecodeError from the exchange. True when the step was taken.
   bool step();
+  // Pipelined: waits for the step in flight and applies its update (rethrows what it threw). A
+  // no-op otherwise, or when nothing is in flight.
+  void flush();
 
   // Overwrites every rank's module buffers (BatchNorm running statistics) with rank 0's, in one
   // broadcast. Call before evaluating or checkpointing so every rank holds the same model.
@@ -65,7 +78,7 @@ class DistributedOptimizer {
   // Throws dgc::MismatchError on every rank unless all ranks are at the same iteration.
   void check_agreement();
 
-  int64_t iteration() const { return step_.iteration(); }
+  int64_t iteration() const { return pipelined() ? started_ : step_.iteration(); }
   // Steps skipped for a non-finite gradient (NonFinitePolicy::kSkip), over the whole run
   // (checkpoints carry it), and the ranks that were bad at the last step.
   int64_t skipped_steps() const { return step_.skipped_steps(); }
@@ -101,7 +114,9 @@ class DistributedOptimizer {
   const ExchangeBytes& last_bytes() const { return step_.last_bytes(); }
   const RunId& run_id() const { return step_.run_id(); }
   bool authenticated() const { return step_.authenticated(); }
-  const ExchangeBytes& total_bytes() const { return step_.total_bytes(); }
+  const ExchangeBytes& total_bytes() const {
+    return pipelined() ? finished_bytes_ : step_.total_bytes();
+  }
   const ExchangeBytes& post_warmup_bytes() const { return step_.post_warmup_bytes(); }
   // The parts of the last step() (zeros before the first).
   const StepTimings& last_timings() const { return timings_; }
@@ -123,6 +138,8 @@ class DistributedOptimizer {
   };
   static std::vector<Param> collect_parameters(torch::nn::Module& model);
   void update_weight(size_t i, float lr);  // w -= lr * direction of parameter i
+  bool pipelined() const { return step_.options().pipeline != 0; }
+  bool pipelined_step();
   static std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(
       const std::vector<Param>& params);
 
@@ -137,6 +154,13 @@ class DistributedOptimizer {
   // With buckets: every parameter's gradient accumulator and the key of the hook on it.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   StepTimings timings_;
+  // Pipelined: the step in flight, its gradients (copies) and iteration; the steps started so far
+  // and the bytes of those finished.
+  std::future<bool> in_flight_;
+  std::vector<std::vector<float>> pipeline_grads_;
+  int64_t in_flight_iteration_ = 0;
+  int64_t started_ = 0;
+  ExchangeBytes finished_bytes_;
 };
 
 }  // namespace dgc::train

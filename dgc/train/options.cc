@@ -66,6 +66,8 @@ std::string describe(const OptimizerOptions& o) {
       << "iterations_per_epoch=" << o.iterations_per_epoch << "\n"
       << "max_consecutive_skips=" << o.max_consecutive_skips << "\n"
       << "on_nonfinite=" << to_string(o.on_nonfinite) << "\n";
+  // Only when set, so that the synchronous runs' settings (and checkpoints) stay as they were.
+  if (o.pipeline != 0) out << "pipeline=" << o.pipeline << "\n";
   if (o.compression == Compression::kDgc) {
     out << "density=" << Num{o.density.after_warmup} << "\n"
         << "warmup_epochs=" << Num{o.density.warmup_epochs} << "\n"

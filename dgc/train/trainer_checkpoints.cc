@@ -178,6 +178,7 @@ CheckpointFile Trainer::read_resume_checkpoint(int64_t* chosen) {
 }
 
 void Trainer::save_checkpoint(int epochs_done, const EpochProgress* epoch_progress) {
+  optimizer_->flush();  // a pipelined step's update belongs in the checkpoint
   CheckpointFile file;
   optimizer_->save(file);
   file.put_text("train/epochs_done", std::to_string(epochs_done));

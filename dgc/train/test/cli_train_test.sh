@@ -74,6 +74,20 @@ if "$dgc" plan --checkpoint "$work/nothing" --nodes 4 --platform ethernet-1g \
 grep -q "no checkpoint at $work/nothing: give a checkpoint file" "$work/bad" ||
   fail "dgc plan, missing checkpoint: $(cat "$work/bad")"
 
+# The pipelined step trains (one message per step, said at start-up) and refuses what it cannot do.
+"$dgc" train "${small[@]}" --epochs 1 --pipeline 1 >"$work/pipelined" 2>&1 ||
+  fail "training with --pipeline 1 failed: $(cat "$work/pipelined")"
+grep -q "the pipelined step (--pipeline 1)" "$work/pipelined" ||
+  fail "--pipeline 1: no start-up line: $(head -8 "$work/pipelined")"
+grep -q "^result: test accuracy" "$work/pipelined" || fail "--pipeline 1: no result: $(tail -3 "$work/pipelined")"
+for flag in "--on-nonfinite skip" "--residual-stats"; do
+  # shellcheck disable=SC2086
+  if "$dgc" train --pipeline 1 $flag --epochs 1 >"$work/bad" 2>&1; then
+    fail "--pipeline 1 with $flag was accepted"
+  fi
+  grep -q -- "--pipeline 1" "$work/bad" || fail "--pipeline 1 with $flag: $(cat "$work/bad")"
+done
+
 # Resuming a finished run evaluates the same model again.
 "$dgc" train "${small[@]}" --epochs 2 --checkpoint "$work/ckpt" --resume >"$work/resumed" ||
   fail "resume failed: $(cat "$work/resumed")"

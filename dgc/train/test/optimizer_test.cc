@@ -5,9 +5,11 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <ostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "dgc/core/codec.h"
 #include "dgc/core/compressor.h"
 #include "dgc/core/error.h"
+#include "dgc/train/buckets.h"
 #include "dgc/train/checkpoint.h"
 #include "dgc/train/optimizer.h"
 
@@ -1067,6 +1070,129 @@ TEST(DistributedOptimizer, StartsEveryRankFromRankZerosWeights) {
     weights[comm.rank()] = to_vector(model.weight);
   });
   for (const auto& w : weights) EXPECT_EQ(w, std::vector<float>(kWeights, 1.0f));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pipelined step (options.pipeline 1) against staleness-1 DGC written out by hand: step t's
+// gradient is taken at the weights without step t-1's update; that update is applied before step
+// t runs (so step t's weight decay sees it, as a synchronous step's would), and flush() applies
+// the last one.
+
+void deterministic_init(SmallNet& net) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  torch::NoGradGuard no_grad;
+  for (auto& p : net.parameters()) {
+    float* w = p.data_ptr<float>();
+    for (int64_t e = 0; e < p.numel(); ++e) w[e] = normal(rng);
+  }
+}
+
+// Rank- and step-distinct regression data; the loss's gradient depends on the weights.
+void pipeline_backward(SmallNet& net, int rank, int step) {
+  std::mt19937 rng(static_cast<uint32_t>(100 * rank + step));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(8 * 6), y(8 * 3);
+  for (auto& v : x) v = normal(rng);
+  for (auto& v : y) v = normal(rng);
+  net.zero_grad();
+  const auto input = torch::from_blob(x.data(), {8, 6}).clone();
+  const auto target = torch::from_blob(y.data(), {8, 3}).clone();
+  torch::mse_loss(net.forward(input), target).backward();
+}
+
+bool same_parameters(SmallNet& a, SmallNet& b) {
+  const auto pa = a.parameters();
+  const auto pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    if (std::memcmp(pa[i].data_ptr<float>(), pb[i].data_ptr<float>(), pa[i].nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(PipelinedStep, EqualsStalenessOneDgcWrittenByHand) {
+  constexpr int kWorld = 2;
+  constexpr int kSteps = 8;  // through the density warm-up (2 iterations) and after it
+  comm::run_local(kWorld, gloo_options(), [&](comm::Communicator& comm) {
+    const int rank = comm.rank();
+    OptimizerOptions options = dgc_options(/*nesterov=*/false, SelectionMethod::kSampled);
+    options.pipeline = 1;
+    SmallNet pipelined;
+    deterministic_init(pipelined);
+    {
+      DistributedOptimizer optimizer(comm, pipelined, options);
+      EXPECT_EQ(optimizer.bucketed_step().bucket_count(), 1u);
+      for (int s = 0; s < kSteps; ++s) {
+        pipeline_backward(pipelined, rank, s);
+        EXPECT_NEAR(optimizer.density(), s < 2 ? 0.25 : 0.05, 1e-12) << "step " << s;
+        ASSERT_TRUE(optimizer.step());
+        EXPECT_EQ(optimizer.iteration(), s + 1);
+      }
+      optimizer.flush();
+      EXPECT_GT(optimizer.total_bytes().message, 0u);
+    }
+
+    // By hand: the synchronous step of one message, its update applied one step late.
+    options.pipeline = 0;
+    SmallNet by_hand;
+    deterministic_init(by_hand);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (const auto& item : by_hand.named_parameters()) {
+      shapes.emplace_back(item.key(), item.value().sizes().vec());
+    }
+    BucketedStep step(comm, shapes, options);
+    auto params = by_hand.parameters();
+    std::vector<std::vector<float>> directions;
+    for (const auto& p : params) directions.emplace_back(static_cast<size_t>(p.numel()));
+    const auto apply = [&](int64_t iteration) {
+      const auto lr = static_cast<float>(step.update_lr_at(iteration));
+      for (size_t i = 0; i < params.size(); ++i) {
+        float* w = params[i].data_ptr<float>();
+        for (size_t e = 0; e < directions[i].size(); ++e) w[e] -= lr * directions[i][e];
+      }
+    };
+    for (int s = 0; s < kSteps; ++s) {
+      pipeline_backward(by_hand, rank, s);  // at the weights without step s-1's update
+      if (s > 0) apply(s - 1);
+      std::vector<std::span<float>> g, d;
+      std::vector<std::span<const float>> w;
+      for (size_t i = 0; i < params.size(); ++i) {
+        g.emplace_back(params[i].grad().data_ptr<float>(), directions[i].size());
+        w.emplace_back(params[i].data_ptr<float>(), directions[i].size());
+        d.emplace_back(directions[i]);
+      }
+      ASSERT_TRUE(step.run(g, w, d));
+    }
+    apply(kSteps - 1);
+    EXPECT_TRUE(same_parameters(pipelined, by_hand)) << "rank " << rank;
+
+    // The staleness matters: the synchronous optimizer ends elsewhere.
+    SmallNet synchronous;
+    deterministic_init(synchronous);
+    DistributedOptimizer optimizer(comm, synchronous, options);
+    for (int s = 0; s < kSteps; ++s) {
+      pipeline_backward(synchronous, rank, s);
+      optimizer.step();
+    }
+    EXPECT_FALSE(same_parameters(pipelined, synchronous));
+  });
+}
+
+TEST(PipelinedStep, RefusesToSkipSteps) {
+  comm::run_local(1, gloo_options(), [&](comm::Communicator& comm) {
+    OptimizerOptions options = dgc_options(false, SelectionMethod::kSampled);
+    options.pipeline = 1;
+    options.on_nonfinite = NonFinitePolicy::kSkip;
+    SmallNet net;
+    try {
+      DistributedOptimizer optimizer(comm, net, options);
+      ADD_FAILURE() << "--pipeline 1 with --on-nonfinite skip was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("--on-nonfinite stop"), std::string::npos) << e.what();
+    }
+  });
 }
 
 }  // namespace
