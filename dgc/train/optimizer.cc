@@ -141,9 +141,8 @@ double DistributedOptimizer::learning_rate() const {
 }
 
 double DistributedOptimizer::density() const {
-  if (!pipelined()) return step_.density();
-  if (options().compression == Compression::kNone) return 1.0;
-  return density_at(options().density, iteration(), options().iterations_per_epoch);
+  // Pipelined, the step in flight moves the step's own iteration: the density at ours.
+  return pipelined() ? step_.bucket(0).density_at_iteration(iteration()) : step_.density();
 }
 
 int64_t DistributedOptimizer::warmup_iterations() const { return step_.warmup_iterations(); }

@@ -149,9 +149,11 @@ double DistributedStep::update_lr_at(int64_t iteration) const {
   return lr_at(options_.lr, iteration, options_.iterations_per_epoch);
 }
 
-double DistributedStep::density() const {
+double DistributedStep::density() const { return density_at_iteration(iteration_); }
+
+double DistributedStep::density_at_iteration(int64_t iteration) const {
   if (options_.compression == Compression::kNone) return 1.0;
-  return density_at(options_.density, iteration_, options_.iterations_per_epoch);
+  return density_at(options_.density, iteration, options_.iterations_per_epoch);
 }
 
 double DistributedStep::dense_path_density() const {

@@ -134,6 +134,8 @@ class DistributedStep {
   double update_lr_at(int64_t iteration) const;
   // Density the next run() uses, and the iterations that are density warm-up.
   double density() const;
+  // The density of the run() at `iteration` (density() is density_at_iteration(iteration())).
+  double density_at_iteration(int64_t iteration) const;
   int64_t warmup_iterations() const;
   // Density of the dense-path group the next run() uses (1 unless DensePath::kGrouped).
   double dense_path_density() const;
