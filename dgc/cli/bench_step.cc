@@ -312,9 +312,9 @@ void add_bench_step(CLI::App& bench) {
                   "With --replay: the overlapped runs' gradient bucket cap (MB, as DDP's)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--last-bucket-mb", o->last_bucket_cap_mb,
+  cmd->add_option("--last-bucket-cap-mb", o->last_bucket_cap_mb,
                   "With --replay: the overlapped runs' last bucket at most this size (MB; 0: as "
-                  "the cap gives it), as dgc train's --last-bucket-mb")
+                  "the cap gives it), as dgc train's --last-bucket-cap-mb")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->callback([o] {

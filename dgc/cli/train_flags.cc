@@ -181,7 +181,7 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
       ->check(CLI::Range(0, 1))
       ->capture_default_str();
   opt.last_bucket_cap_mb = 1.0;  // dgc train's default (the library's is 0)
-  sub.add_option("--last-bucket-mb", opt.last_bucket_cap_mb,
+  sub.add_option("--last-bucket-cap-mb", opt.last_bucket_cap_mb,
                  "With buckets: the last bucket of tensors (the first layers, whose gradients come "
                  "last, so none of its work overlaps the backward pass) cut to about this many MB, "
                  "the rest of the bucket the cap gives going before it; 0: as the cap gives it")

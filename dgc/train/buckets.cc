@@ -126,7 +126,7 @@ BucketedStep::BucketedStep(
     OptimizerOptions options, const std::string& run_settings) {
   DGC_CHECK(!named_shapes.empty(), "the model has no parameters");
   DGC_CHECK_GE(options.bucket_cap_mb, 0.0, "bucket cap (--bucket-cap-mb), MB");
-  DGC_CHECK_GE(options.last_bucket_cap_mb, 0.0, "last bucket cap (--last-bucket-mb), MB");
+  DGC_CHECK_GE(options.last_bucket_cap_mb, 0.0, "last bucket cap (--last-bucket-cap-mb), MB");
   settings_ = step_settings(options, run_settings);
   layout_ = make_layout(named_shapes, options.policy);
   const bool dgc = options.compression == Compression::kDgc;

@@ -161,7 +161,7 @@ class DGCState:
         sends one message per step. ``bucket_count``, ``buckets`` and ``one_message_reason`` say
         what was planned. last_bucket_cap_mb: the last bucket of tensors (the first layers, whose
         gradients come last, so that none of its work overlaps the backward pass) cut to about
-        this many MB (0: as the cap gives it), as ``dgc train --last-bucket-mb``.
+        this many MB (0: as the cap gives it), as ``dgc train --last-bucket-cap-mb``.
 
     on_nonfinite: when any rank's gradient holds NaN or Inf: "stop" (every rank raises
         dgc.NumericError, nothing applied) or "skip" (every rank skips the step: the hook hands

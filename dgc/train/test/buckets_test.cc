@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, Buckets,
                                             ::testing::Values(Compression::kNone),
                                             ::testing::Values(DensePath::kExact),
                                             ::testing::Values(0.0)));
-// The last bucket of tensors cut down to conv1 alone (--last-bucket-mb).
+// The last bucket of tensors cut down to conv1 alone (--last-bucket-cap-mb).
 INSTANTIATE_TEST_SUITE_P(
     LastBucket, Buckets,
     ::testing::Combine(::testing::Values(2, 4), ::testing::Values(0.02),
