@@ -76,6 +76,7 @@ BucketPlan plan_buckets(const std::vector<TensorSpec>& layout, const OptimizerOp
   }
   const bool grouped = grouped_dense_path(layout, options);
   const double cap_bytes = options.bucket_cap_mb * 1024.0 * 1024.0;
+  const auto tensor_bytes = [&](size_t t) { return 4.0 * static_cast<double>(layout[t].numel()); };
   std::vector<size_t> group, current;
   double bytes = 0.0;
   for (size_t r = layout.size(); r-- > 0;) {
@@ -84,7 +85,7 @@ BucketPlan plan_buckets(const std::vector<TensorSpec>& layout, const OptimizerOp
       continue;
     }
     current.push_back(r);
-    bytes += 4.0 * static_cast<double>(layout[r].numel());
+    bytes += tensor_bytes(r);
     if (bytes >= cap_bytes) {
       plan.buckets.push_back(std::move(current));
       current.clear();
@@ -97,7 +98,7 @@ BucketPlan plan_buckets(const std::vector<TensorSpec>& layout, const OptimizerOp
   const double last_cap_bytes = options.last_bucket_cap_mb * 1024.0 * 1024.0;
   const auto bucket_bytes = [&](const std::vector<size_t>& bucket) {
     double total = 0.0;
-    for (const size_t t : bucket) total += 4.0 * static_cast<double>(layout[t].numel());
+    for (const size_t t : bucket) total += tensor_bytes(t);
     return total;
   };
   if (last_cap_bytes > 0 && !plan.buckets.empty() && plan.buckets.back().size() > 1 &&
@@ -105,9 +106,8 @@ BucketPlan plan_buckets(const std::vector<TensorSpec>& layout, const OptimizerOp
     std::vector<size_t>& last = plan.buckets.back();  // backward order: its first layer at the end
     double tail_bytes = 0.0;
     size_t keep = last.size();
-    while (keep > 1 && tail_bytes + 4.0 * static_cast<double>(layout[last[keep - 1]].numel()) <=
-                           last_cap_bytes) {
-      tail_bytes += 4.0 * static_cast<double>(layout[last[keep - 1]].numel());
+    while (keep > 1 && tail_bytes + tensor_bytes(last[keep - 1]) <= last_cap_bytes) {
+      tail_bytes += tensor_bytes(last[keep - 1]);
       --keep;
     }
     if (keep == last.size()) --keep;  // its first tensor alone is over the cap
