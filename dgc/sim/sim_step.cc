@@ -251,10 +251,15 @@ std::vector<StepTimes> Runner::run_dgc(ExchangeAlgorithm algorithm, SimResult& r
     selections[t].indices = synthetic_indices(index_.compressed_numels[t], t, rank, so);
     selections[t].values.assign(selections[t].indices.size(), 1.0f);
   }
-  if (tensors > 0) {
-    const auto other = synthetic_indices(index_.compressed_numels[0], 0, 1, so);
-    result.overlap_measured = shared_fraction(selections[0].indices, other);
+  // Rank 0 (which reports): the share of its indices, over every tensor, that rank 1 selects too.
+  double shared = 0.0, selected = 0.0;
+  for (size_t t = 0; t < tensors && rank == 0; ++t) {
+    const auto& mine = selections[t].indices;
+    const auto other = synthetic_indices(index_.compressed_numels[t], t, 1, so);
+    shared += shared_fraction(mine, other) * double(mine.size());
+    selected += double(mine.size());
   }
+  if (selected > 0) result.overlap_measured = shared / selected;
   if (algorithm == ExchangeAlgorithm::kSparseAllreduce) unapplied.resize(tensors);
   std::optional<Compressor> compressor;
   std::vector<std::vector<float>> grads;

@@ -60,7 +60,7 @@ struct SimResult {
   // Of the exchange: rank 0's CPU parts (encode, validate, decode; the rest is wire and waiting).
   double exchange_cpu = 0.0;
   uint64_t message_bytes = 0, wire_sent = 0, wire_received = 0;  // rank 0, per step
-  double overlap_measured = 0.0;  // fraction of rank 0's indices that rank 1 also selects
+  double overlap_measured = 0.0;  // fraction of rank 0's indices (all tensors) rank 1 selects too
   int sampled = 0;                // ranks that compressed for real
   int64_t check_mismatches = -1;  // -1: not checked
 };

@@ -46,7 +46,14 @@ std::vector<uint32_t> synthetic_indices(uint64_t numel, size_t tensor, int rank,
             options.overlap);
   DGC_CHECK(numel > 0 && numel <= (uint64_t{1} << 32), "numel out of range: ", numel);
   const size_t k = target_count(numel, options.density);
-  const auto common_count = static_cast<size_t>(std::llround(options.overlap * double(k)));
+  // overlap x k rounded up with the probability of its fraction, so that small tensors' k (a
+  // ResNet-50 has many below 33) keep the stated overlap on average over the tensors instead of
+  // rounding to none. The draw depends on the seed and the tensor only: every rank agrees.
+  const double wanted = options.overlap * double(k);
+  auto common_count = static_cast<size_t>(std::floor(wanted));
+  Stream rounding(key(options.seed, tensor, ~uint64_t{1}));
+  if (double(rounding.next() >> 11) * 0x1p-53 < wanted - double(common_count)) ++common_count;
+  common_count = std::min(common_count, k);
   // The common pool: the first common_count draws of the tensor's stream, made distinct.
   std::vector<uint32_t> out;
   out.reserve(k);

@@ -2,11 +2,13 @@
 // in each compressed tensor, with a stated overlap across ranks. Plain C++: no MPI.
 //
 // Rank r's selection in a tensor of n elements at density d has k = target_count(n, d) distinct
-// indices (sorted): round(overlap * k) of them are the first indices of a pool common to every
-// rank (a function of the seed and the tensor), the rest are drawn uniformly from the rank's own
-// stream (seed, tensor, rank), so they meet other ranks' only by chance, as independent
-// selections do. overlap = 0 is the independent (worst) case for allgather's decode work and for
-// sparse-allreduce's volume; overlap = 1 makes every rank select the same positions.
+// indices (sorted): overlap * k of them (rounded up or down at random with the odds of its
+// fraction, the same draw on every rank, so that tensors with a small k keep the overlap on
+// average) are the first indices of a pool common to every rank (a function of the seed and the
+// tensor), the rest are drawn uniformly from the rank's own stream (seed, tensor, rank), so they
+// meet other ranks' only by chance, as independent selections do. overlap = 0 is the independent
+// (worst) case for allgather's decode work and for sparse-allreduce's volume; overlap = 1 makes
+// every rank select the same positions.
 //
 // A gradient with that selection: uniform noise in [-noise, noise) and a spike of magnitude 1 at
 // every selected index (random sign), so that the compressor's top-k of its first steps is the
