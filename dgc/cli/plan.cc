@@ -4,9 +4,10 @@
 //   dgc plan --model resnet50 --nodes 64 --platform ethernet-1g
 //   dgc plan --shapes FILE --nodes 16 --rate-gbit 10 --latency-ms 0.02 --compute-seconds 0.1
 //   dgc plan --checkpoint runs/a/ckpt --nodes 64 --platform ethernet-1g --compute-seconds 0.2
-// --fit FILE: refits the constants from dgc-sim's JSON lines (bench/sim_scaling.sh --out) and
+// --fit FILE...: refits the constants from dgc-sim's JSON lines (bench/sim_scaling.sh --out) and
 // reports, for every simulated step, the model's error, and for every (model, platform, nodes)
-// with dense and all three exchanges simulated, whether the model picks the fastest.
+// with dense and all three exchanges simulated, whether the model picks the fastest. --check
+// FILE...: the same report with the model's own constants.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,7 +41,7 @@ struct PlanOptions {
   double latency_ms = -1.0;
   double compute_seconds = -1.0;
   double density = 0.001;
-  std::string fit_file;
+  std::vector<std::string> fit_files, check_files;
   bool json = false;
 };
 
@@ -187,7 +188,8 @@ void print_plan(const PlanOptions& o) {
 
 }  // namespace
 
-void run_plan_fit(const std::string& path);  // plan_fit.cc
+// plan_fit.cc: the report over dgc-sim's JSON lines, with the constants refitted to them or not.
+void run_plan_fit(const std::vector<std::string>& paths, bool refit);
 
 void add_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
@@ -212,12 +214,19 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--density", o->density, "DGC density after warm-up")
       ->capture_default_str()
       ->check(CLI::Range(1e-9, 1.0));
-  cmd->add_option("--fit", o->fit_file,
-                  "refit the cost model to dgc-sim JSON lines and report how well it fits");
+  auto* fit = cmd->add_option("--fit", o->fit_files,
+                              "refit the cost model to dgc-sim JSON lines (one file or more) and "
+                              "report how well it fits");
+  cmd->add_option("--check", o->check_files,
+                  "report how well the model's own constants predict dgc-sim JSON lines (one "
+                  "file or more), without refitting")
+      ->excludes(fit);
   cmd->add_flag("--json", o->json, "one JSON line instead of text");
   cmd->callback([o] {
-    if (!o->fit_file.empty()) {
-      run_plan_fit(o->fit_file);
+    if (!o->fit_files.empty()) {
+      run_plan_fit(o->fit_files, /*refit=*/true);
+    } else if (!o->check_files.empty()) {
+      run_plan_fit(o->check_files, /*refit=*/false);
     } else {
       print_plan(*o);
     }

@@ -1,5 +1,7 @@
-// dgc plan --fit FILE: the cost model's constants fitted to dgc-sim's JSON lines, and how well
+// dgc plan --fit FILE...: the cost model's constants fitted to dgc-sim's JSON lines, and how well
 // the model with them reproduces every simulated step (see plan.cc and dgc/sim/cost_model.h).
+// dgc plan --check FILE...: the same report with the model's own constants, not refitted (how
+// well they predict runs they were not fitted to).
 //
 // Constants: medians over the runs of the per-element figures the simulator measured:
 //   allreduce_factor        exchange_s / the ring allreduce's time    (dense runs, nodes >= 2)
@@ -48,35 +50,42 @@ double message_bytes(const Run& r) {
   return r.message_bytes - 4.0 * double(r.size.dense_path) - double(kMessageHeaderBytes);
 }
 
-std::vector<Run> read_runs(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InvalidArgument("cannot read " + path);
+std::vector<Run> read_runs(const std::vector<std::string>& paths) {
   std::vector<Run> runs;
   std::map<std::string, sim::ModelSize> sizes;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    const auto j = nlohmann::json::parse(line);
-    if (!j.contains("step_s") || !j.contains("algorithm")) continue;
-    Run r;
-    r.model = j.at("model");
-    r.platform = j.at("platform");
-    r.algorithm = j.at("algorithm");
-    r.nodes = j.at("nodes");
-    r.compute = j.at("compute_seconds");
-    r.step = j.at("step_s");
-    r.compress = j.at("compress_s");
-    r.update = j.at("update_s");
-    r.exchange = j.at("exchange_s");
-    r.message_bytes = j.at("message_bytes");
-    r.wire_received = j.at("wire_received");
-    const double density = j.at("density");
-    if (!sizes.count(r.model))
-      sizes[r.model] = sim::model_size(train::model_shapes(r.model), density);
-    r.size = sizes[r.model];
-    runs.push_back(r);
+  for (const std::string& path : paths) {
+    std::ifstream in(path);
+    if (!in) {
+      throw InvalidArgument("cannot read " + path +
+                            ": give files of dgc-sim's JSON lines (bench/sim_scaling.sh writes "
+                            "them; docs/data/sim-*.jsonl are the committed ones)");
+    }
+    const size_t before = runs.size();
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] != '{') continue;
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("step_s") || !j.contains("algorithm")) continue;
+      Run r;
+      r.model = j.at("model");
+      r.platform = j.at("platform");
+      r.algorithm = j.at("algorithm");
+      r.nodes = j.at("nodes");
+      r.compute = j.at("compute_seconds");
+      r.step = j.at("step_s");
+      r.compress = j.at("compress_s");
+      r.update = j.at("update_s");
+      r.exchange = j.at("exchange_s");
+      r.message_bytes = j.at("message_bytes");
+      r.wire_received = j.at("wire_received");
+      const double density = j.at("density");
+      if (!sizes.count(r.model))
+        sizes[r.model] = sim::model_size(train::model_shapes(r.model), density);
+      r.size = sizes[r.model];
+      runs.push_back(r);
+    }
+    if (runs.size() == before) throw InvalidArgument("no dgc-sim result lines in " + path);
   }
-  if (runs.empty()) throw InvalidArgument("no dgc-sim result lines in " + path);
   return runs;
 }
 
@@ -142,10 +151,15 @@ double predicted_step(const Run& r, const sim::CostConstants& c) {
 
 }  // namespace
 
-void run_plan_fit(const std::string& path) {
-  const std::vector<Run> runs = read_runs(path);
-  const sim::CostConstants c = fit(runs);
-  std::printf("fitted constants (%zu runs):\n", runs.size());
+void run_plan_fit(const std::vector<std::string>& paths, bool refit) {
+  const std::vector<Run> runs = read_runs(paths);
+  const sim::CostConstants c = refit ? fit(runs) : sim::fitted_constants();
+  if (refit) {
+    std::printf("fitted constants (%zu runs):\n", runs.size());
+  } else {
+    std::printf("the model's constants (dgc/sim/cost_model.cc), not refitted; %zu runs:\n",
+                runs.size());
+  }
   std::printf("  allreduce_factor       = %.4g\n", c.allreduce_factor);
   std::printf("  compress_per_element   = %.4g s\n  update_per_element     = %.4g s\n",
               c.compress_per_element, c.update_per_element);
