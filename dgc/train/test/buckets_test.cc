@@ -251,7 +251,9 @@ TEST_P(BucketsThroughHooks, EqualTheUnbucketedOptimizer) {
         pair->zero_grad();
         torch::nn::functional::cross_entropy(pair->forward(x), y).backward();
         // The hooks have handed every gradient over during backward: the buckets are in flight.
-        if (pair == &b) ASSERT_TRUE(bucketed.bucketed_step().in_flight());
+        if (pair == &b) {
+          ASSERT_TRUE(bucketed.bucketed_step().in_flight());
+        }
         (pair == &a ? one : bucketed).step();
       }
       const auto pa = a.parameters(), pb = b.parameters();
