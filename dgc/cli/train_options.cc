@@ -53,6 +53,11 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
   opt.lr.decay = parse_name(kLrDecayNames, cmd.lr_decay, "--lr-decay");
   options.lr_scaling = parse_name(train::kLrScalingNames, cmd.lr_scaling, "--lr-scaling");
   apply_task_defaults(task_entry(cmd.task).defaults(), sub, options);
+  // Pipelined, Nesterov momentum unless a momentum form is given: one step late it is stable at
+  // 2.5 times heavy ball's learning rate (docs/training.md, the pipelined step).
+  if (opt.pipeline != 0 && sub.count("--nesterov") == 0 && sub.count("--no-nesterov") == 0) {
+    opt.compressor.momentum.nesterov = true;
+  }
 
   if (options.lr_scaling != train::LrScaling::kNone && options.lr_reference_batch <= 0) {
     throw InvalidArgument(

@@ -74,11 +74,21 @@ if "$dgc" plan --checkpoint "$work/nothing" --nodes 4 --platform ethernet-1g \
 grep -q "no checkpoint at $work/nothing: give a checkpoint file" "$work/bad" ||
   fail "dgc plan, missing checkpoint: $(cat "$work/bad")"
 
-# The pipelined step trains (one message per step, said at start-up) and refuses what it cannot do.
+# The pipelined step trains (one message per step and its stability limit, said at start-up) and
+# refuses what it cannot do.
 "$dgc" train "${small[@]}" --epochs 1 --pipeline 1 >"$work/pipelined" 2>&1 ||
   fail "training with --pipeline 1 failed: $(cat "$work/pipelined")"
 grep -q "the pipelined step (--pipeline 1)" "$work/pipelined" ||
   fail "--pipeline 1: no start-up line: $(head -8 "$work/pipelined")"
+grep -q "pipelined (--pipeline 1): each gradient is taken before .* lr x curvature < 1 - m" \
+  "$work/pipelined" || fail "--pipeline 1: no line on its stability: $(head -9 "$work/pipelined")"
+grep -q "momentum 0.9 (Nesterov)" "$work/pipelined" ||
+  fail "--pipeline 1 did not turn on Nesterov momentum: $(head -9 "$work/pipelined")"
+"$dgc" train "${small[@]}" --epochs 1 --pipeline 1 --no-nesterov >"$work/heavy_ball" 2>&1 ||
+  fail "training with --pipeline 1 --no-nesterov failed: $(cat "$work/heavy_ball")"
+if grep -q "(Nesterov)" "$work/heavy_ball"; then
+  fail "--pipeline 1 --no-nesterov ran Nesterov momentum: $(head -9 "$work/heavy_ball")"
+fi
 grep -q "^result: test accuracy" "$work/pipelined" || fail "--pipeline 1: no result: $(tail -3 "$work/pipelined")"
 for flag in "--on-nonfinite skip" "--residual-stats"; do
   # shellcheck disable=SC2086
