@@ -85,6 +85,7 @@ nlohmann::json to_json(const train::EpochMetrics& m, const std::string& compress
 void run(TrainCommand& cmd, const CLI::App& sub) {
   const auto command_start = std::chrono::steady_clock::now();
   const bool workers_given = sub.count("--workers") > 0;
+  const bool pipeline_given = sub.count("--pipeline") > 0;
   train::TrainOptions options = resolve_options(cmd, sub);
   auto& opt = options.optimizer;
 
@@ -203,12 +204,15 @@ void run(TrainCommand& cmd, const CLI::App& sub) {
             opt.compressor.momentum.nesterov ? " (Nesterov)" : "", opt.weight_decay, clip.c_str());
         if (opt.pipeline != 0) {
           std::printf(
-              "  pipelined (--pipeline 1): each gradient is taken before the previous step's "
-              "update has landed; with heavy-ball momentum m that is stable only where lr x "
-              "curvature < 1 - m, 38 times below synchronous training at m = 0.9, with Nesterov "
-              "momentum (the pipelined default; --no-nesterov for heavy ball) 2.5 times higher. "
-              "Measured: the image task keeps its accuracy, the lm and speech tasks do not at "
-              "their learning rates (docs/results.md, the pipelined step)\n");
+              "  pipelined (--pipeline 1): each step's exchange runs while the next step "
+              "computes, whose gradient is taken at the weights with this rank's own selection "
+              "applied (a lookahead for the update in flight, taken back when it lands); "
+              "%s momentum%s%s\n",
+              opt.compressor.momentum.nesterov ? "Nesterov" : "heavy-ball",
+              opt.compressor.momentum.nesterov ? " (--no-nesterov for heavy ball)" : "",
+              pipeline_given ? ""
+                             : "; the default for a --link of 5 ms or more one way "
+                               "(--pipeline 0 turns it off)");
         }
         std::printf("  job %s: %s\n", info.run_id.c_str(),
                     info.authenticated

@@ -163,7 +163,8 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
   sub.add_option("--link", cmd.options.exchange_link,
                  "For --exchange auto: the link between the workers, a platform of "
                  "bench/platforms (ethernet-1g, ethernet-10g, ethernet-100m, mobile, ...) or "
-                 "RATE_MBIT[:LATENCY_MS] (one way, host to host; default 0.05 ms)");
+                 "RATE_MBIT[:LATENCY_MS] (one way, host to host; default 0.05 ms); at 5 ms or "
+                 "more, --pipeline defaults to 1");
   opt.bucket_cap_mb = 25.0;  // dgc train's default, as DDP's (the library's is 0: one message)
   sub.add_option("--bucket-cap-mb", opt.bucket_cap_mb,
                  "Gradient buckets of about this many MB (fp32), in the reverse of the "
@@ -174,13 +175,12 @@ void add_train_flags(CLI::App& sub, TrainCommand& cmd) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub.add_option("--pipeline", opt.pipeline,
-                 "1: the pipelined step: each step's compression and exchange run while the next "
-                 "step's forward and backward pass compute, and the next step applies its update "
-                 "first (one step of staleness, for high-latency links); one message per step. "
-                 "Turns on Nesterov momentum unless --no-nesterov is given (stable one step "
-                 "late at 2.5 times heavy ball's learning rate); the image task keeps its "
-                 "accuracy, the lm and speech tasks do not at their learning rates "
-                 "(docs/results.md). 0: synchronous")
+                 "1: the pipelined step, for high-latency links: each step's exchange runs while "
+                 "the next step computes, which takes its gradient at the weights with this "
+                 "rank's own selection applied (a lookahead for the update in flight) and "
+                 "applies the update when it lands; one message per step, Nesterov momentum "
+                 "unless --no-nesterov (docs/training.md). 0: synchronous. Default 1 with a "
+                 "--link of 5 ms or more one way (mobile), 0 otherwise")
       ->check(CLI::Range(0, 1))
       ->capture_default_str();
   opt.last_bucket_cap_mb = 1.0;  // dgc train's default (the library's is 0)

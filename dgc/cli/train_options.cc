@@ -53,11 +53,6 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
   opt.lr.decay = parse_name(kLrDecayNames, cmd.lr_decay, "--lr-decay");
   options.lr_scaling = parse_name(train::kLrScalingNames, cmd.lr_scaling, "--lr-scaling");
   apply_task_defaults(task_entry(cmd.task).defaults(), sub, options);
-  // Pipelined, Nesterov momentum unless a momentum form is given: one step late it is stable at
-  // 2.5 times heavy ball's learning rate (docs/training.md, the pipelined step).
-  if (opt.pipeline != 0 && sub.count("--nesterov") == 0 && sub.count("--no-nesterov") == 0) {
-    opt.compressor.momentum.nesterov = true;
-  }
 
   if (options.lr_scaling != train::LrScaling::kNone && options.lr_reference_batch <= 0) {
     throw InvalidArgument(
@@ -75,7 +70,17 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
       throw InvalidArgument(
           "--link is what --exchange auto plans with: add --exchange auto (DGC), or drop it");
     }
-    train::parse_link(options.exchange_link);  // a clear error now rather than at start-up
+    // A clear error now rather than at start-up; a slow link pipelines unless told otherwise.
+    const sim::Link link = train::parse_link(options.exchange_link);
+    if (train::pipelined_by_default(link) && sub.count("--pipeline") == 0 &&
+        !options.residual_stats && opt.on_nonfinite != train::NonFinitePolicy::kSkip) {
+      opt.pipeline = 1;
+    }
+  }
+  // Pipelined, Nesterov momentum unless a momentum form is given: one step late it is stable at
+  // 2.5 times heavy ball's learning rate (docs/training.md, the pipelined step).
+  if (opt.pipeline != 0 && sub.count("--nesterov") == 0 && sub.count("--no-nesterov") == 0) {
+    opt.compressor.momentum.nesterov = true;
   }
   if (opt.pipeline != 0 && options.residual_stats) {
     throw InvalidArgument(

@@ -30,6 +30,14 @@ struct ExchangeChoice {
 // dgc::InvalidArgument naming the accepted forms.
 sim::Link parse_link(const std::string& text);
 
+// A stated link this slow to answer (one way, host to host; the mobile platforms' 20 ms) makes the
+// pipelined step (`--pipeline 1`) dgc train's default: there the exchange's round trips, not its
+// bytes, set the step, and the pipelined step keeps every task's accuracy (docs/results.md).
+inline constexpr double kPipelineLatencySeconds = 0.005;
+inline bool pipelined_by_default(const sim::Link& link) {
+  return link.latency_seconds >= kPipelineLatencySeconds;
+}
+
 // The fastest predicted exchange; ties go to the earlier of allgather, direct, sparse-allreduce.
 ExchangeChoice choose_exchange_for_link(const std::vector<NamedShape>& shapes, int workers,
                                         double density, const sim::Link& link);

@@ -62,9 +62,16 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
           "--pipeline 1 cannot skip a step (--on-nonfinite skip): a non-finite gradient is known "
           "only when the next step has been computed; use --on-nonfinite stop");
     }
+    // The step reads weights for weight decay and on the exact dense path; the lookahead
+    // changes them meanwhile, so it reads a copy.
+    const auto& o = step_.options();
+    const bool reads_weights = o.weight_decay != 0.0 || o.compression == Compression::kNone ||
+                               o.dense_path != DensePath::kGrouped;
     for (const auto& p : params_) {
       pipeline_grads_.emplace_back(static_cast<size_t>(p.tensor.numel()));
+      if (reads_weights) pipeline_weights_.emplace_back(static_cast<size_t>(p.tensor.numel()));
     }
+    step_.bucket(0).on_selected([this] { release_lookahead(true); });
     started_ = step_.iteration();
     finished_bytes_ = step_.total_bytes();
   }
@@ -112,6 +119,7 @@ void DistributedOptimizer::update_weight(size_t i, float lr) {
 
 DistributedOptimizer::~DistributedOptimizer() {
   if (in_flight_.valid()) in_flight_.wait();  // its error, if any, is no one's any more
+  undo_lookahead();  // the model outlives us: its weights as the last applied step left them
   for (auto& [accumulator, key] : hooks_) accumulator->del_post_hook(key);
   step_.stop();  // before the gradients and directions it may still read go
 }
@@ -211,10 +219,12 @@ void DistributedOptimizer::flush() {
   try {
     taken = in_flight_.get();
   } catch (...) {
+    undo_lookahead();
     started_ = step_.iteration();
     finished_bytes_ = step_.total_bytes();
     throw;
   }
+  undo_lookahead();
   if (taken) {
     const auto lr = static_cast<float>(step_.update_lr_at(in_flight_iteration_));
     for (size_t i = 0; i < params_.size(); ++i) update_weight(i, lr);
@@ -226,27 +236,67 @@ void DistributedOptimizer::flush() {
   timings_.update = t.update;
 }
 
+void DistributedOptimizer::undo_lookahead() {
+  for (auto it = lookahead_.rbegin(); it != lookahead_.rend(); ++it) {
+    float_span(params_[it->tensor].tensor)[it->element] = it->value;
+  }
+  lookahead_.clear();
+}
+
+void DistributedOptimizer::release_lookahead(bool selected) {
+  if (selected_released_) return;
+  selected_released_ = true;
+  selected_ready_ = selected;
+  selected_.set_value();
+}
+
 bool DistributedOptimizer::pipelined_step() {
-  // Step t-1's update first: step t's weight decay reads the weights with it, as a synchronous
-  // step t would.
+  // Step t-1's update first (its lookahead undone): step t's weight decay reads the weights with
+  // it, as a synchronous step t would.
   flush();
   for (size_t i = 0; i < params_.size(); ++i) {
     const float* g = grads_[i].data_ptr<float>();
     std::copy(g, g + pipeline_grads_[i].size(), pipeline_grads_[i].begin());
     grads_[i] = torch::Tensor();
+    if (!pipeline_weights_.empty()) {
+      const auto w = float_span(params_[i].tensor);
+      std::copy(w.begin(), w.end(), pipeline_weights_[i].begin());
+    }
   }
   in_flight_iteration_ = step_.iteration();
   ++started_;
+  selected_ = std::promise<void>();
+  selected_released_ = false;
+  selected_ready_ = false;
+  std::future<void> selected = selected_.get_future();
   in_flight_ = std::async(std::launch::async, [this] {
+    // However the step ends, step() stops waiting for its selections.
+    struct Release {
+      DistributedOptimizer& optimizer;
+      ~Release() { optimizer.release_lookahead(false); }
+    } release{*this};
     std::vector<std::span<float>> grads, directions;
     std::vector<std::span<const float>> weights;
     for (size_t i = 0; i < params_.size(); ++i) {
       grads.emplace_back(pipeline_grads_[i]);
-      weights.emplace_back(float_span(params_[i].tensor));
+      weights.emplace_back(pipeline_weights_.empty()
+                               ? std::span<const float>(float_span(params_[i].tensor))
+                               : std::span<const float>(pipeline_weights_[i]));
       directions.emplace_back(directions_[i]);
     }
     return step_.run(grads, weights, directions);
   });
+  // The lookahead: this rank's selection, applied at the step's learning rate, predicts the
+  // update in flight (the ranks' average of their selections) while the exchange runs.
+  selected.wait();
+  if (selected_ready_) {
+    const auto lr = static_cast<float>(step_.update_lr_at(in_flight_iteration_));
+    step_.bucket(0).for_each_selected([&](size_t t, size_t e, float value) {
+      float& w = float_span(params_[t].tensor)[e];
+      lookahead_.push_back({t, e, w});
+      w -= lr * value;
+    });
+  }
   return true;
 }
 

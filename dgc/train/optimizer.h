@@ -18,10 +18,14 @@
 // through the model must be followed by one step(). The model and communicator must
 // outlive the optimizer.
 //
-// Pipelined (options.pipeline 1): step() waits for the previous step, applies its update, copies
-// this step's gradients and starts this step on a thread of its own, which owns the communicator
-// and the step's state until the next step(), flush(), synchronize_buffers(), check_agreement() or
-// the destructor waits for it. Meanwhile only iteration(), learning_rate(), density(),
+// Pipelined (options.pipeline 1): step() waits for the previous step, takes its lookahead back
+// and applies its update, copies this step's gradients and starts this step on a thread of its
+// own, which owns the communicator and the step's state until the next step(), flush(),
+// synchronize_buffers(), check_agreement() or the destructor waits for it. Once that thread has
+// compressed, step() applies this rank's own selection to the weights as a prediction of the
+// update still in flight (the lookahead: the next gradient is taken at the weights as they will
+// about be, not one update behind) and returns; the lookahead is undone, exactly, before the
+// real update is applied. Meanwhile only iteration(), learning_rate(), density(),
 // total_bytes() and last_timings() may be read (they describe the steps started so far, the bytes
 // and times of those finished); call flush() before anything else: evaluating, save(), other use
 // of the communicator. Not with NonFinitePolicy::kSkip (a skipped step is known a step late); one
@@ -140,6 +144,11 @@ class DistributedOptimizer {
   void update_weight(size_t i, float lr);  // w -= lr * direction of parameter i
   bool pipelined() const { return step_.options().pipeline != 0; }
   bool pipelined_step();
+  // Pipelined, on the step's thread: the step's selections are final (`selected`), or the step
+  // ended without them; step() stops waiting either way (the first call counts).
+  void release_lookahead(bool selected);
+  // Each weight the lookahead changed back to its value before, exactly.
+  void undo_lookahead();
   static std::vector<std::pair<std::string, std::vector<int64_t>>> named_shapes(
       const std::vector<Param>& params);
 
@@ -158,6 +167,20 @@ class DistributedOptimizer {
   // and the bytes of those finished.
   std::future<bool> in_flight_;
   std::vector<std::vector<float>> pipeline_grads_;
+  // The weights the step in flight reads (weight decay, the exact dense path), copied before the
+  // lookahead changes the parameters; empty when the step reads no weights.
+  std::vector<std::vector<float>> pipeline_weights_;
+  // The lookahead: the step's selections are ready (set once per step), whether they came, and
+  // each weight it changed with its value before.
+  std::promise<void> selected_;
+  bool selected_released_ = false;
+  bool selected_ready_ = false;
+  struct Saved {
+    size_t tensor;
+    size_t element;
+    float value;
+  };
+  std::vector<Saved> lookahead_;
   int64_t in_flight_iteration_ = 0;
   int64_t started_ = 0;
   ExchangeBytes finished_bytes_;

@@ -261,6 +261,8 @@ bool DistributedStep::exchange_phases(std::span<const std::span<float>> grads,
                         routing_.dense_value_type);
   }
 
+  if (on_selected_) on_selected_();
+
   // 3. The exchange.
   std::vector<std::span<float>> update_spans;
   for (auto& u : tensors_.updates) update_spans.emplace_back(u);
@@ -329,6 +331,24 @@ std::vector<NamedBuffer<float>> DistributedStep::state_buffers() {
   if (!dense_path_.residual.empty())
     buffers.push_back({"optimizer/dense_residual", dense_path_.residual});
   return buffers;
+}
+
+void DistributedStep::for_each_selected(const std::function<void(size_t, size_t, float)>& f) const {
+  for (size_t i = 0; i < tensors_.selections.size(); ++i) {
+    const Selection& selection = tensors_.selections[i];
+    for (size_t j = 0; j < selection.indices.size(); ++j) {
+      const size_t e = selection.indices[j];
+      if (i < routing_.compressed.size()) {
+        f(routing_.compressed[i], e, selection.values[j]);
+        continue;
+      }
+      // The dense-path group: the flat index's tensor, by the offsets of the dense tensors.
+      const auto& offsets = dense_path_.offsets;
+      const size_t d = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), e) -
+                                           offsets.begin() - 1);
+      f(routing_.dense[d], e - offsets[d], selection.values[j]);
+    }
+  }
 }
 
 std::string DistributedStep::rng_state() const {

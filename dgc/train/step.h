@@ -43,6 +43,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
 #include <span>
@@ -192,6 +193,15 @@ class DistributedStep {
   std::string rng_state() const;
   void set_rng_state(const std::string& text);
 
+  // `callback` is called by every run() once this rank's selections of the step are final (after
+  // the compression, before the exchange), on the thread that runs the step; empty: none. The
+  // pipelined optimizer takes its lookahead from them (for_each_selected).
+  void on_selected(std::function<void()> callback) { on_selected_ = std::move(callback); }
+  // This rank's selections of the last step, as f(tensor of the layout, element, value): the
+  // velocity it sent, the update the step would apply on this rank alone. Valid from the
+  // on_selected call until the next run(); nothing with Compression::kNone.
+  void for_each_selected(const std::function<void(size_t, size_t, float)>& f) const;
+
  private:
   using Clock = std::chrono::steady_clock;
   static double seconds_between(Clock::time_point from, Clock::time_point to) {
@@ -219,6 +229,7 @@ class DistributedStep {
   comm::Communicator& comm_;
   OptimizerOptions options_;
   std::string settings_;
+  std::function<void()> on_selected_;
   std::vector<TensorSpec> layout_;
 
   // Where each tensor goes; fixed at construction.

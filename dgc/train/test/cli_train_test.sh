@@ -74,14 +74,14 @@ if "$dgc" plan --checkpoint "$work/nothing" --nodes 4 --platform ethernet-1g \
 grep -q "no checkpoint at $work/nothing: give a checkpoint file" "$work/bad" ||
   fail "dgc plan, missing checkpoint: $(cat "$work/bad")"
 
-# The pipelined step trains (one message per step and its stability limit, said at start-up) and
-# refuses what it cannot do.
+# The pipelined step trains (one message per step and its lookahead, said at start-up), with
+# Nesterov momentum unless told otherwise, and refuses what it cannot do.
 "$dgc" train "${small[@]}" --epochs 1 --pipeline 1 >"$work/pipelined" 2>&1 ||
   fail "training with --pipeline 1 failed: $(cat "$work/pipelined")"
 grep -q "the pipelined step (--pipeline 1)" "$work/pipelined" ||
   fail "--pipeline 1: no start-up line: $(head -8 "$work/pipelined")"
-grep -q "pipelined (--pipeline 1): each gradient is taken before .* lr x curvature < 1 - m" \
-  "$work/pipelined" || fail "--pipeline 1: no line on its stability: $(head -9 "$work/pipelined")"
+grep -q "pipelined (--pipeline 1): .* own selection applied (a lookahead" "$work/pipelined" ||
+  fail "--pipeline 1: no line on its lookahead: $(head -9 "$work/pipelined")"
 grep -q "momentum 0.9 (Nesterov)" "$work/pipelined" ||
   fail "--pipeline 1 did not turn on Nesterov momentum: $(head -9 "$work/pipelined")"
 "$dgc" train "${small[@]}" --epochs 1 --pipeline 1 --no-nesterov >"$work/heavy_ball" 2>&1 ||
@@ -90,6 +90,16 @@ if grep -q "(Nesterov)" "$work/heavy_ball"; then
   fail "--pipeline 1 --no-nesterov ran Nesterov momentum: $(head -9 "$work/heavy_ball")"
 fi
 grep -q "^result: test accuracy" "$work/pipelined" || fail "--pipeline 1: no result: $(tail -3 "$work/pipelined")"
+# A stated link of 5 ms or more one way pipelines by default; --pipeline 0 keeps the step synchronous.
+"$dgc" train "${small[@]}" --epochs 1 --exchange auto --link mobile >"$work/slow_link" 2>&1 ||
+  fail "training over --link mobile failed: $(cat "$work/slow_link")"
+grep -q "the default for a --link of 5 ms or more one way" "$work/slow_link" ||
+  fail "--link mobile did not pipeline: $(head -9 "$work/slow_link")"
+"$dgc" train "${small[@]}" --epochs 1 --exchange auto --link mobile --pipeline 0 \
+  >"$work/slow_link_sync" 2>&1 || fail "--link mobile --pipeline 0 failed: $(cat "$work/slow_link_sync")"
+if grep -q "pipelined (--pipeline 1)" "$work/slow_link_sync"; then
+  fail "--link mobile --pipeline 0 pipelined: $(head -9 "$work/slow_link_sync")"
+fi
 for flag in "--on-nonfinite skip" "--residual-stats"; do
   # shellcheck disable=SC2086
   if "$dgc" train --pipeline 1 $flag --epochs 1 >"$work/bad" 2>&1; then

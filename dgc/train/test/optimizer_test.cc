@@ -1134,7 +1134,8 @@ TEST(PipelinedStep, EqualsStalenessOneDgcWrittenByHand) {
       EXPECT_GT(optimizer.total_bytes().message, 0u);
     }
 
-    // By hand: the synchronous step of one message, its update applied one step late.
+    // By hand: the synchronous step of one message, its update applied one step late; meanwhile
+    // this rank's own selection applied as the lookahead, taken back before the update.
     options.pipeline = 0;
     SmallNet by_hand;
     deterministic_init(by_hand);
@@ -1153,9 +1154,20 @@ TEST(PipelinedStep, EqualsStalenessOneDgcWrittenByHand) {
         for (size_t e = 0; e < directions[i].size(); ++e) w[e] -= lr * directions[i][e];
       }
     };
+    std::vector<std::vector<float>> before;  // the weights before the lookahead
+    size_t looked_ahead = 0;
+    const auto take_back = [&] {
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::copy(before[i].begin(), before[i].end(), params[i].data_ptr<float>());
+      }
+    };
     for (int s = 0; s < kSteps; ++s) {
-      pipeline_backward(by_hand, rank, s);  // at the weights without step s-1's update
-      if (s > 0) apply(s - 1);
+      // At the weights without step s-1's update, with its lookahead.
+      pipeline_backward(by_hand, rank, s);
+      if (s > 0) {
+        take_back();
+        apply(s - 1);
+      }
       std::vector<std::span<float>> g, d;
       std::vector<std::span<const float>> w;
       for (size_t i = 0; i < params.size(); ++i) {
@@ -1164,8 +1176,19 @@ TEST(PipelinedStep, EqualsStalenessOneDgcWrittenByHand) {
         d.emplace_back(directions[i]);
       }
       ASSERT_TRUE(step.run(g, w, d));
+      before.clear();
+      for (const auto& p : params) {
+        before.emplace_back(p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
+      }
+      const auto lr = static_cast<float>(step.update_lr_at(s));
+      step.bucket(0).for_each_selected([&](size_t t, size_t e, float value) {
+        params[t].data_ptr<float>()[e] -= lr * value;
+        ++looked_ahead;
+      });
     }
+    take_back();
     apply(kSteps - 1);
+    EXPECT_GT(looked_ahead, 0u);
     EXPECT_TRUE(same_parameters(pipelined, by_hand)) << "rank " << rank;
 
     // The staleness matters: the synchronous optimizer ends elsewhere.
