@@ -87,11 +87,7 @@ train::TrainOptions resolve_options(TrainCommand& cmd, const CLI::App& sub) {
         "--residual-stats reads each step's selections, which --pipeline 1 is still computing "
         "while the next step runs: drop one of them");
   }
-  if (opt.pipeline != 0 && opt.on_nonfinite == train::NonFinitePolicy::kSkip) {
-    throw InvalidArgument(
-        "--pipeline 1 cannot skip a step (--on-nonfinite skip): a non-finite gradient is known "
-        "only once the next step has been computed; use --on-nonfinite stop, or drop --pipeline");
-  }
+  train::check_pipeline(opt);
   if (sub.count("--lr-batch-limit") > 0 && options.lr_scaling == train::LrScaling::kNone) {
     throw InvalidArgument(
         "--lr-batch-limit is where the --lr-scaling rule stops: add --lr-scaling sqrt (or "

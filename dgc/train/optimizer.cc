@@ -55,13 +55,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& comm, torch::nn::
     for (const auto& p : params_) directions_.emplace_back(static_cast<size_t>(p.tensor.numel()));
   }
   if (pipelined()) {
-    DGC_CHECK(step_.options().pipeline == 1, "--pipeline must be 0 or 1, got ",
-              step_.options().pipeline);
-    if (step_.options().on_nonfinite == NonFinitePolicy::kSkip) {
-      throw InvalidArgument(
-          "--pipeline 1 cannot skip a step (--on-nonfinite skip): a non-finite gradient is known "
-          "only when the next step has been computed; use --on-nonfinite stop");
-    }
+    check_pipeline(step_.options());
     // The step reads weights for weight decay and on the exact dense path; the lookahead
     // changes them meanwhile, so it reads a copy.
     const auto& o = step_.options();

@@ -46,6 +46,17 @@ NonFinitePolicy parse_nonfinite_policy(const std::string& name) {
 
 std::string to_string(NonFinitePolicy policy) { return name_of(kNonFinitePolicyNames, policy); }
 
+void check_pipeline(const OptimizerOptions& o) {
+  if (o.pipeline != 0 && o.pipeline != 1) {
+    throw InvalidArgument(detail::concat("--pipeline must be 0 or 1, got ", o.pipeline));
+  }
+  if (o.pipeline != 0 && o.on_nonfinite == NonFinitePolicy::kSkip) {
+    throw InvalidArgument(
+        "--pipeline 1 cannot skip a step (--on-nonfinite skip): a non-finite gradient is known "
+        "only once the next step has been computed; use --on-nonfinite stop, or drop --pipeline");
+  }
+}
+
 std::string describe(const OptimizerOptions& o) {
   std::ostringstream out;
   const auto& c = o.compressor;

@@ -175,6 +175,11 @@ struct OptimizerOptions {
 // stored in checkpoints).
 std::string describe(const OptimizerOptions& options);
 
+// Throws dgc::InvalidArgument, saying what to change, when options.pipeline is neither 0 nor 1 or
+// is 1 with NonFinitePolicy::kSkip (a non-finite gradient is known only a step later). The
+// optimizer checks it; dgc train checks it before any worker starts.
+void check_pipeline(const OptimizerOptions& options);
+
 // How the learning rate follows the global batch (workers x batch per worker) when users add
 // workers and keep their batch per worker: --lr is the rate for a reference global batch B0, and
 // the run uses lr * sqrt(B / B0) (kSqrt), lr * B / B0 (kLinear, Goyal et al.) or lr (kNone).
