@@ -41,7 +41,8 @@ std::string one_message_reason(const std::vector<TensorSpec>& layout,
   const bool dgc = options.compression == Compression::kDgc;
   if (options.bucket_cap_mb <= 0) return "gradient buckets are off (--bucket-cap-mb 0)";
   if (options.pipeline != 0)
-    return "the pipelined step (--pipeline 1) overlaps the whole step with the next one's compute";
+    return "the pipelined step (--pipeline 1) overlaps the whole exchange with the next step's "
+           "compute";
   if (dgc && options.selection_scope == SelectionScope::kGlobal)
     return "global selection (--selection-scope global) needs every tensor";
   if (options.clip_norm > 0) return "clipping (--clip-norm) needs the norm of the whole gradient";

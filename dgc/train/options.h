@@ -153,10 +153,10 @@ struct OptimizerOptions {
   // form the last bucket and the rest the bucket before it. 0: as the cap makes it. Not in
   // describe(), as bucket_cap_mb.
   double last_bucket_cap_mb = 0.0;
-  // 1: the pipelined step (`dgc train --pipeline 1`, DistributedOptimizer): step t's compression
-  // and exchange run while step t+1's forward and backward pass compute, and step t+1 applies step
-  // t's update before it starts its own (one step of staleness: step t+1's gradient is taken at
-  // weights without step t's update). One message per step. 0: synchronous.
+  // 1: the pipelined step (`dgc train --pipeline 1`, DistributedOptimizer): step t's exchange
+  // runs while step t+1's forward and backward pass compute, which are taken at the weights with
+  // this rank's own selection of step t applied (the lookahead); step t+1 applies step t's update
+  // before it starts its own. One message per step. 0: synchronous.
   int pipeline = 0;
 
   // Iterations per epoch, for the epoch-based schedules. Must be >= 1.
