@@ -385,7 +385,7 @@ for link in "${links[@]}"; do
   pids=()
   if [ "$bench" = train ]; then
     lines="$(grep '^{' "$workdir/metrics.jsonl" 2>/dev/null || true)"
-    grep -E '^(result|  compression ratio|  on the wire|  wall time)' "$workdir/rank0.out" |
+    grep -E '^(result|  compression ratio|  on the wire|  wall time|  exchange auto|  pipelined|  lr )' "$workdir/rank0.out" |
       sed "s/^/slow_network: link $name: /" || true
   else
     lines="$(grep '^{' "$workdir/rank0.out" || true)"

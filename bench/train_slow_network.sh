@@ -7,7 +7,8 @@
 # chart pair per profile, with the target accuracy drawn as a dashed line.
 #
 #   bench/train_slow_network.sh [--profiles "100mbit mobile"] [--ranks 4] [--out DIR]
-#                               [--direct] [--dgc PATH] [-- extra `dgc train` options for every run]
+#                               [--direct] [--stated-link] [--dgc PATH]
+#                               [-- extra `dgc train` options for every run]
 #
 # Defaults: --profiles "1gbit 100mbit mobile", --ranks 4, --out runs/train_slow_network; the runs
 # use the default CNN on Fashion-MNIST with `dgc train`'s defaults (4 epochs, DGC d = 0.001 after
@@ -27,6 +28,7 @@ ranks=4
 out=runs/train_slow_network
 dgc=build/bin/dgc
 runs="dense dgc"
+stated_link=0
 extra=()
 while (($#)); do
   case "$1" in
@@ -35,6 +37,7 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --dgc) dgc=$2; shift 2 ;;
     --direct) runs="dense dgc dgc-direct"; shift ;;
+    --stated-link) stated_link=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "train_slow_network: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -54,7 +57,15 @@ for profile in $profiles; do
   for run in $runs; do
     case "$run" in
       dense) flags=(--compression none) ;;
-      dgc) flags=(--compression dgc) ;;
+      dgc) flags=(--compression dgc)
+        if ((stated_link)); then
+          case "$profile" in
+            1gbit) flags+=(--exchange auto --link ethernet-1g) ;;
+            100mbit) flags+=(--exchange auto --link ethernet-100m) ;;
+            mobile) flags+=(--exchange auto --link mobile) ;;
+            *) echo "train_slow_network: --stated-link knows no platform for profile $profile" >&2; exit 2 ;;
+          esac
+        fi ;;
       dgc-direct) flags=(--compression dgc --exchange direct) ;;
     esac
     rm -f "$dir/$run.jsonl"
@@ -90,7 +101,7 @@ for profile in $profiles; do
     files+=("$dir/$run.jsonl")
     case "$run" in
       dense) labels+=(--label dense) ;;
-      dgc) labels+=(--label "DGC") ;;
+      dgc) labels+=(--label "$( ((stated_link)) && echo "DGC, its link stated" || echo DGC)") ;;
       dgc-direct) labels+=(--label "DGC, direct exchange") ;;
     esac
   done

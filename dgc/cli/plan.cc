@@ -2,6 +2,7 @@
 // and DGC step times, the speedups, the best exchange algorithm and a plain verdict, from the
 // cost model of dgc/sim/cost_model.h (constants fitted to the simulated cluster).
 //   dgc plan --model resnet50 --nodes 64 --platform ethernet-1g
+//   dgc plan --model cnn --nodes 4 --link mobile --compute-seconds 0.1   (dgc train's --link)
 //   dgc plan --shapes FILE --nodes 16 --rate-gbit 10 --latency-ms 0.02 --compute-seconds 0.1
 //   dgc plan --checkpoint runs/a/ckpt --nodes 64 --platform ethernet-1g --compute-seconds 0.2
 // --fit FILE...: refits the constants from dgc-sim's JSON lines (bench/sim_scaling.sh --out) and
@@ -27,6 +28,7 @@
 #include "dgc/sim/compute.h"
 #include "dgc/sim/cost_model.h"
 #include "dgc/train/checkpoint.h"
+#include "dgc/train/exchange_choice.h"
 
 namespace dgc::cli {
 namespace {
@@ -37,6 +39,7 @@ struct PlanOptions {
   std::string checkpoint;
   int nodes = 16;
   std::string platform;
+  std::string link;  // as dgc train's --link: a platform or RATE_MBIT[:LATENCY_MS]
   double rate_gbit = 0.0;
   double latency_ms = -1.0;
   double compute_seconds = -1.0;
@@ -116,14 +119,18 @@ void print_plan(const PlanOptions& o) {
   const bool replay_model = o.checkpoint.empty() && o.shapes_file.empty();
   sim::Link link;
   std::string link_name;
-  if (!o.platform.empty()) {
+  if (!o.link.empty()) {
+    link = train::parse_link(o.link);
+    link_name = o.link;
+  } else if (!o.platform.empty()) {
     link = sim::platform_link(o.platform);
     link_name = o.platform;
   } else {
     if (!(o.rate_gbit > 0) || o.latency_ms < 0) {
       throw InvalidArgument(
-          "give the link as --platform NAME, or as --rate-gbit R and "
-          "--latency-ms L (one way, host to host)");
+          "give the link as --link (a platform such as mobile, or RATE_MBIT[:LATENCY_MS] as "
+          "dgc train takes it), --platform NAME, or --rate-gbit R and --latency-ms L (one way, "
+          "host to host)");
     }
     link = {o.rate_gbit * 1e9, o.latency_ms / 1e3};
     link_name = sim::rate_text(link.bits_per_second);
@@ -140,6 +147,12 @@ void print_plan(const PlanOptions& o) {
   const sim::ModelSize size = sim::model_size(shapes, o.density);
   const sim::Prediction p = sim::predict(size, o.nodes, link, compute);
   const char* best = to_string(p.best);
+  // At this latency dgc train pipelines (--pipeline 1 by default with --link): the exchange runs
+  // while the next step computes, and compute, compression and update stay on the step's path.
+  const bool pipelined = train::pipelined_by_default(link);
+  const double exchange =
+      sim::exchange_seconds(size, o.nodes, link, p.best, sim::fitted_constants());
+  const double pipelined_step = std::max(p.best_dgc() - exchange, exchange);
   if (o.json) {
     nlohmann::json j = {{"model", name},
                         {"parameters", size.parameters},
@@ -152,6 +165,7 @@ void print_plan(const PlanOptions& o) {
                         {"dense_speedup", p.dense_speedup(o.nodes)},
                         {"dgc_speedup", p.dgc_speedup(o.nodes)},
                         {"compress", p.compress()}};
+    if (pipelined) j["dgc_pipelined_step_s"] = pipelined_step;
     for (size_t i = 0; i < sim::kPlannedAlgorithms.size(); ++i) {
       j[std::string("dgc_step_s_") + to_string(sim::kPlannedAlgorithms[i])] = p.dgc[i];
     }
@@ -184,6 +198,13 @@ void print_plan(const PlanOptions& o) {
     std::printf("verdict: do not compress (dense is %.2fx faster than the best DGC exchange)\n",
                 p.best_dgc() / p.dense);
   }
+  if (pipelined) {
+    std::printf(
+        "pipelined: at %.3g ms one way dgc train pipelines (--pipeline 1, its default with "
+        "--link): about %.3f s per step with %s, the larger of the exchange (%.3f s) and the "
+        "rest, which overlap\n",
+        link.latency_seconds * 1e3, pipelined_step, best, exchange);
+  }
 }
 
 }  // namespace
@@ -206,9 +227,15 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--nodes", o->nodes, "nodes (one rank each)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--platform", o->platform, "a platform of bench/platforms (e.g. ethernet-1g)");
-  cmd->add_option("--rate-gbit", o->rate_gbit, "or the link rate, Gbit/s");
-  cmd->add_option("--latency-ms", o->latency_ms, "and its one-way latency host to host, ms");
+  auto* link = cmd->add_option("--link", o->link,
+                               "the link as dgc train's --link takes it: a platform of "
+                               "bench/platforms (ethernet-1g, mobile, ...) or "
+                               "RATE_MBIT[:LATENCY_MS] (one way, host to host; default 0.05 ms)");
+  cmd->add_option("--platform", o->platform, "or a platform of bench/platforms (e.g. ethernet-1g)")
+      ->excludes(link);
+  cmd->add_option("--rate-gbit", o->rate_gbit, "or the link rate, Gbit/s")->excludes(link);
+  cmd->add_option("--latency-ms", o->latency_ms, "and its one-way latency host to host, ms")
+      ->excludes(link);
   cmd->add_option("--compute-seconds", o->compute_seconds,
                   "forward + backward time per step (default: the model's, dgc/sim/compute.h)");
   cmd->add_option("--density", o->density, "DGC density after warm-up")
