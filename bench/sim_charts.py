@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Tables and charts of the simulated cluster (dgc-sim JSON lines from bench/sim_scaling.sh).
 
-  python3 bench/sim_charts.py RESULTS.jsonl [CHART_PREFIX]
+  python3 bench/sim_charts.py RESULTS.jsonl [MORE.jsonl ...] [CHART_PREFIX]
 
 Prints, as Markdown: per model and platform, the step time of dense and of DGC with each exchange
 at every node count, the speedup over one node (N x the one-node dense step / the N-node step)
 and the scaling efficiency (speedup / N) of the best; and where the step time goes at the largest
-node count. With CHART_PREFIX (and gnuplot), draws CHART_PREFIX-MODEL.png: speedup
+node count (a later file's line replaces an earlier one of the same model, platform, nodes and
+algorithm). With CHART_PREFIX (and gnuplot), draws CHART_PREFIX-MODEL.png: speedup
 against nodes, one panel per platform, dense beside one line per exchange algorithm.
 """
 import json
@@ -16,20 +17,25 @@ import sys
 
 ALGORITHMS = ["dense", "allgather", "direct", "sparse-allreduce"]
 PLATFORMS = ["ethernet-1g", "ethernet-10g", "ethernet-100m", "mobile"]
+# Tables only: the rack platforms (16 hosts a rack, 2:1 oversubscribed uplinks). One node has no
+# network, so where a rack platform has no one-node run its switch platform's stands in.
+RACKS = {"racks-1g": "ethernet-1g", "racks-10g": "ethernet-10g"}
 
 
-def load(path):
+def load(paths):
     runs = {}
-    for line in open(path):
-        if line.startswith("{"):
-            j = json.loads(line)
-            runs[(j["model"], j["platform"], j["nodes"], j["algorithm"])] = j
+    for path in paths:
+        for line in open(path):
+            if line.startswith("{"):
+                j = json.loads(line)
+                runs[(j["model"], j["platform"], j["nodes"], j["algorithm"])] = j
     return runs
 
 
 def speedups(runs, model, platform):
     """{algorithm: [(nodes, step, speedup)]} for one model and platform."""
-    base = runs.get((model, platform, 1, "dense"))
+    base = runs.get((model, platform, 1, "dense")) or runs.get(
+        (model, RACKS.get(platform), 1, "dense"))
     if base is None:
         return {}
     out = {}
@@ -42,7 +48,7 @@ def speedups(runs, model, platform):
 def tables(runs):
     models = sorted({k[0] for k in runs})
     for model in models:
-        for platform in PLATFORMS:
+        for platform in PLATFORMS + list(RACKS):
             s = speedups(runs, model, platform)
             if not s:
                 continue
@@ -72,7 +78,7 @@ def breakdown(runs):
           "| step | received bytes per rank |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for (m, p, n, a), j in sorted(runs.items()):
-        if n < 64 or p not in ("ethernet-1g", "ethernet-10g"):
+        if n < 64 or p not in ("ethernet-1g", "ethernet-10g", *RACKS):
             continue
         print(f"| {m} | {p} | {n} | {a} | {j['compute_s']:.3f} | {j['compress_s']:.3f} | "
               f"{j['exchange_s']:.3f} | {j['update_s']:.3f} | "
@@ -125,11 +131,13 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
-    runs = load(sys.argv[1])
+    files = [a for a in sys.argv[1:] if a.endswith(".jsonl")]
+    prefixes = [a for a in sys.argv[1:] if not a.endswith(".jsonl")]
+    runs = load(files)
     tables(runs)
     breakdown(runs)
-    if len(sys.argv) > 2:
-        charts(runs, sys.argv[2])
+    if prefixes:
+        charts(runs, prefixes[-1])
 
 
 if __name__ == "__main__":
