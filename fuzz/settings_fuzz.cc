@@ -51,8 +51,9 @@ class PeerCommunicator final : public dgc::comm::Communicator {
   std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t>, const Call&) override {
     std::abort();
   }
-  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>, std::span<uint8_t>,
-                         std::span<const uint64_t>, const Call&) override {
+  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>,
+                         std::span<const uint64_t>, std::span<uint8_t>, std::span<const uint64_t>,
+                         const Call&) override {
     std::abort();
   }
   void allreduce_sum_primitive(std::span<float>, const Call&) override { std::abort(); }

@@ -71,6 +71,26 @@ std::vector<size_t> Communicator::offsets_of(std::span<const uint64_t> sizes) {
   return offsets;
 }
 
+std::span<const uint8_t> Communicator::packed(std::span<const uint8_t> send,
+                                              std::span<const uint64_t> offsets,
+                                              std::span<const uint64_t> sizes,
+                                              std::vector<uint8_t>& storage) {
+  const std::vector<size_t> back_to_back = offsets_of(sizes);
+  if (std::equal(offsets.begin(), offsets.end(), back_to_back.begin(), back_to_back.end())) {
+    return send;
+  }
+  const uint64_t total = sizes.empty() ? 0 : back_to_back.back() + sizes.back();
+  storage.resize(total + 1);  // + 1: never a null buffer
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    DGC_CHECK_LE(offsets[p] + sizes[p], send.size(), "alltoallv message ", p,
+                 " past the send buffer");
+    if (sizes[p] > 0) {
+      std::memcpy(storage.data() + back_to_back[p], send.data() + offsets[p], sizes[p]);
+    }
+  }
+  return {storage.data(), total};
+}
+
 namespace {
 // The messages of a buffer that holds them back to back, one vector each.
 std::vector<std::vector<uint8_t>> split(const uint8_t* data, std::span<const size_t> offsets,
@@ -122,19 +142,32 @@ std::vector<std::vector<uint8_t>> Communicator::alltoallv(
   const std::vector<uint64_t> receive_sizes =
       guarded([&] { return alltoall_sizes(send_sizes, call.phase("alltoallv (sizes)")); });
   check_announced("alltoallv", receive_sizes);
-  // Then every payload at once, with exact counts. One byte of slack keeps the buffers non-null
-  // when everything is empty.
+  // Then every payload at once, with exact counts. The same message to every rank (the
+  // exchange's usual case) is sent from its one copy; otherwise the messages are packed back to
+  // back. One byte of slack keeps the buffers non-null when everything is empty.
   const std::vector<size_t> receive_offsets = offsets_of(receive_sizes);
-  const uint64_t send_total = std::accumulate(send_sizes.begin(), send_sizes.end(), uint64_t{0});
   const uint64_t receive_total = receive_offsets[n - 1] + receive_sizes[n - 1];
-  std::vector<uint8_t> send(send_total + 1), receive(receive_total + 1);
-  size_t offset = 0;
-  for (const auto& m : messages) {
-    if (!m.empty()) std::memcpy(send.data() + offset, m.data(), m.size());
-    offset += m.size();
+  const bool same =
+      !messages[0].empty() && std::all_of(messages.begin(), messages.end(), [&](const auto& m) {
+        return m.data() == messages[0].data() && m.size() == messages[0].size();
+      });
+  std::vector<uint64_t> send_offsets(n, 0);
+  std::vector<uint8_t> packed_send;
+  std::span<const uint8_t> send = messages[0];
+  if (!same) {
+    const std::vector<size_t> offsets = offsets_of(send_sizes);
+    send_offsets.assign(offsets.begin(), offsets.end());
+    packed_send.resize(offsets[n - 1] + send_sizes[n - 1] + 1);
+    for (int p = 0; p < n; ++p) {
+      if (!messages[p].empty()) {
+        std::memcpy(packed_send.data() + offsets[p], messages[p].data(), messages[p].size());
+      }
+    }
+    send = {packed_send.data(), packed_send.size() - 1};
   }
+  std::vector<uint8_t> receive(receive_total + 1);
   guarded([&] {
-    alltoallv_payload({send.data(), send_total}, send_sizes, {receive.data(), receive_total},
+    alltoallv_payload(send, send_offsets, send_sizes, {receive.data(), receive_total},
                       receive_sizes, call);
   });
   bytes_ += direct_alltoallv_bytes(send_sizes, receive_sizes, rank());
@@ -179,11 +212,12 @@ std::vector<uint64_t> ForwardingCommunicator::alltoall_sizes(std::span<const uin
   return inner_.alltoall_sizes(send, call);
 }
 void ForwardingCommunicator::alltoallv_payload(std::span<const uint8_t> send,
+                                               std::span<const uint64_t> send_offsets,
                                                std::span<const uint64_t> send_sizes,
                                                std::span<uint8_t> receive,
                                                std::span<const uint64_t> receive_sizes,
                                                const Call& call) {
-  inner_.alltoallv_payload(send, send_sizes, receive, receive_sizes, call);
+  inner_.alltoallv_payload(send, send_offsets, send_sizes, receive, receive_sizes, call);
 }
 void ForwardingCommunicator::allreduce_sum_primitive(std::span<float> values, const Call& call) {
   inner_.allreduce_sum_primitive(values, call);

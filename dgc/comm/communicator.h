@@ -121,14 +121,17 @@ class Communicator {
   //       `sizes`); this rank's is in place, the others are to be filled. Called only when the
   //       total is positive.
   //   alltoall_sizes: send[p] goes to rank p; returns what each rank sent this one.
-  //   alltoallv_payload: `send` holds the messages for rank 0, 1, ... back to back, `receive`
-  //       gets those from rank 0, 1, ... back to back, with the sizes given.
+  //   alltoallv_payload: the message for rank p is send_sizes[p] bytes of `send` from
+  //       send_offsets[p] (messages may overlap: the same message to every rank is one copy,
+  //       every offset 0); `receive` gets those from rank 0, 1, ... back to back, with the
+  //       sizes given.
   virtual std::vector<uint64_t> allgather_sizes(uint64_t mine, const Call& call) = 0;
   virtual void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
                                   const Call& call) = 0;
   virtual std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send,
                                                const Call& call) = 0;
   virtual void alltoallv_payload(std::span<const uint8_t> send,
+                                 std::span<const uint64_t> send_offsets,
                                  std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
                                  std::span<const uint64_t> receive_sizes, const Call& call) = 0;
   virtual void allreduce_sum_primitive(std::span<float> values, const Call& call) = 0;
@@ -137,6 +140,12 @@ class Communicator {
 
   // Where each message starts in a buffer holding them back to back: the prefix sums of sizes.
   static std::vector<size_t> offsets_of(std::span<const uint64_t> sizes);
+  // alltoallv_payload's send messages back to back (for engines that take only that form): `send`
+  // itself when they already are, else a copy packed into `storage`.
+  static std::span<const uint8_t> packed(std::span<const uint8_t> send,
+                                         std::span<const uint64_t> offsets,
+                                         std::span<const uint64_t> sizes,
+                                         std::vector<uint8_t>& storage);
 
   // The wire bytes of allgatherv's payload phase; by default a ring over the exact sizes (an
   // engine without variable-size allgather pads every message to the largest).
@@ -183,9 +192,9 @@ class ForwardingCommunicator : public Communicator {
   void allgatherv_payload(std::span<uint8_t> flat, std::span<const uint64_t> sizes,
                           const Call& call) override;
   std::vector<uint64_t> alltoall_sizes(std::span<const uint64_t> send, const Call& call) override;
-  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
-                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
-                         const Call& call) override;
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_offsets,
+                         std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
+                         std::span<const uint64_t> receive_sizes, const Call& call) override;
   void allreduce_sum_primitive(std::span<float> values, const Call& call) override;
   void broadcast_primitive(std::span<uint8_t> data, int root, const Call& call) override;
   void barrier_primitive(const Call& call) override;

@@ -61,14 +61,16 @@ class GlooCommunicator final : public Communicator {
     return out;
   }
 
-  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
-                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
-                         const Call& call) override {
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_offsets,
+                         std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
+                         std::span<const uint64_t> receive_sizes, const Call& call) override {
     const std::vector<int64_t> send_counts(send_sizes.begin(), send_sizes.end());
     const std::vector<int64_t> receive_counts(receive_sizes.begin(), receive_sizes.end());
+    std::vector<uint8_t> storage;  // gloo::alltoallv takes the messages back to back only
+    const auto input = packed(send, send_offsets, send_sizes, storage);
     run(call, gloo::alltoallv, [&](auto& opts) {
       // Gloo's options take non-const pointers; it only reads the input.
-      opts.setInput(const_cast<uint8_t*>(send.data()), send_counts);
+      opts.setInput(const_cast<uint8_t*>(input.data()), send_counts);
       opts.setOutput(receive.data(), receive_counts);
     });
   }

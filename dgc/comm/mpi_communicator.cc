@@ -174,31 +174,39 @@ class MpiCommunicator final : public Communicator {
     return {sizes->begin() + size_, sizes->end()};
   }
 
-  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
-                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
-                         const Call& call) override {
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_offsets,
+                         std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
+                         std::span<const uint64_t> receive_sizes, const Call& call) override {
     struct Buffers {
       std::vector<int> send_counts, send_displs, receive_counts, receive_displs;
       std::vector<uint8_t> send, receive;
     };
     auto b = std::make_shared<Buffers>();
-    b->send_counts = int_counts("alltoallv", send_sizes);
-    b->send_displs = displacements(b->send_counts);
+    b->send_counts = int_counts("alltoallv", send_sizes, send_offsets);
+    b->send_displs.assign(send_offsets.begin(), send_offsets.end());
     b->receive_counts = int_counts("alltoallv", receive_sizes);
     b->receive_displs = displacements(b->receive_counts);
-    b->send.resize(send.size() + 1);  // + 1: never a null buffer
-    if (!send.empty()) std::memcpy(b->send.data(), send.data(), send.size());
-    b->receive.resize(receive.size() + 1);
+    // Under SMPI the caller's buffers (as in allgatherv_payload): 256 simulated ranks of a
+    // direct exchange would otherwise hold two more copies of every message.
+    if (!kSimulated) {
+      b->send.assign(send.begin(), send.end());
+      b->send.push_back(0);  // never a null buffer
+      b->receive.resize(receive.size() + 1);
+    }
+    const uint8_t* send_data = kSimulated ? send.data() : b->send.data();
+    uint8_t* receive_data = kSimulated ? receive.data() : b->receive.data();
     MPI_Request request = MPI_REQUEST_NULL;
-    check(kSimulated ? MPI_Alltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
-                                     MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+    check(kSimulated ? MPI_Alltoallv(send_data, b->send_counts.data(), b->send_displs.data(),
+                                     MPI_BYTE, receive_data, b->receive_counts.data(),
                                      b->receive_displs.data(), MPI_BYTE, comm_)
-                     : MPI_Ialltoallv(b->send.data(), b->send_counts.data(), b->send_displs.data(),
-                                      MPI_BYTE, b->receive.data(), b->receive_counts.data(),
+                     : MPI_Ialltoallv(send_data, b->send_counts.data(), b->send_displs.data(),
+                                      MPI_BYTE, receive_data, b->receive_counts.data(),
                                       b->receive_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv");
     wait(request, call, b);
-    if (!receive.empty()) std::memcpy(receive.data(), b->receive.data(), receive.size());
+    if (!kSimulated && !receive.empty()) {
+      std::memcpy(receive.data(), b->receive.data(), receive.size());
+    }
   }
 
   void allreduce_sum_primitive(std::span<float> values, const Call& call) override {
@@ -239,8 +247,22 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  // MPI counts are int: sizes that add up to more are refused.
-  std::vector<int> int_counts(const char* op, std::span<const uint64_t> sizes) const {
+  // MPI counts and displacements are int: sizes that add up to more are refused, and so are
+  // messages placed at `offsets` (when given) that end past INT_MAX.
+  std::vector<int> int_counts(const char* op, std::span<const uint64_t> sizes,
+                              std::span<const uint64_t> offsets = {}) const {
+    if (!offsets.empty()) {
+      std::vector<int> counts(sizes.size());
+      for (size_t r = 0; r < sizes.size(); ++r) {
+        const auto limit = static_cast<uint64_t>(INT_MAX);
+        if (sizes[r] > limit || offsets[r] > limit - sizes[r]) {
+          throw CommError(detail::concat("mpi ", op, ": the message for rank ", r, " ends past ",
+                                         INT_MAX, " bytes (MPI displacements are int)"));
+        }
+        counts[r] = static_cast<int>(sizes[r]);
+      }
+      return counts;
+    }
     std::vector<int> counts(sizes.size());
     uint64_t total = 0;
     for (size_t r = 0; r < sizes.size(); ++r) {

@@ -85,9 +85,11 @@ class ProcessGroupCommunicator final : public Communicator {
     return sizes;
   }
 
-  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_sizes,
-                         std::span<uint8_t> receive, std::span<const uint64_t> receive_sizes,
-                         const Call& call) override {
+  void alltoallv_payload(std::span<const uint8_t> all_send, std::span<const uint64_t> send_offsets,
+                         std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
+                         std::span<const uint64_t> receive_sizes, const Call& call) override {
+    std::vector<uint8_t> storage;  // alltoall_base takes the messages back to back only
+    const auto send = packed(all_send, send_offsets, send_sizes, storage);
     torch::Tensor send_host = torch::empty({static_cast<int64_t>(send.size())}, torch::kUInt8);
     if (!send.empty()) std::memcpy(send_host.data_ptr(), send.data(), send.size());
     torch::Tensor receive_device = torch::empty({static_cast<int64_t>(receive.size())}, options());

@@ -15,6 +15,7 @@ AlgorithmResult allgather(const AllgatherOptions& options) {
   encoder.finish(buffers.message, kEveryRank);
   context.clock.lap(Phase::kEncode);
 
+  buffers.release_received();
   if (options.direct) {
     const std::vector<std::span<const uint8_t>> to_each(static_cast<size_t>(context.comm.size()),
                                                         buffers.message);

@@ -32,11 +32,18 @@ struct JobIdentity {
   const MessageAuthenticator* auth() const { return authenticator ? &*authenticator : nullptr; }
 };
 
-// The exchange's message buffers, reused from one iteration to the next (their capacity stays).
+// The exchange's message buffers, kept from one iteration to the next: `message` keeps its
+// capacity; `received` is what each phase's collective returns.
 struct MessageBuffers {
   std::vector<uint8_t> message;                // this rank's message to every rank
   std::vector<std::vector<uint8_t>> received;  // the messages of the current phase, by rank
   std::vector<ValidatedMessage> validated;     // ... validated (they refer into `received`)
+  // Drops the last phase's messages, before a collective brings the next ones: otherwise both
+  // are held at once, N messages each (at 256 ranks, tens of MB per rank).
+  void release_received() {
+    validated.clear();
+    received = {};
+  }
 };
 
 // The phases of ExchangeTimings (exchange.h).

@@ -69,6 +69,7 @@ AlgorithmResult sparse_allreduce(const SparseAllreduceOptions& options) {
   // 2. Every rank's part of region `me` to this rank.
   const std::vector<std::span<const uint8_t>> to_owner(owner_messages.begin(),
                                                        owner_messages.end());
+  buffers.release_received();
   buffers.received = context.comm.alltoallv(to_owner, context.timeout);
   context.clock.lap(Phase::kCollective);
   const int flagged = validate_messages(context, "region message", static_cast<uint32_t>(me));
@@ -104,6 +105,7 @@ AlgorithmResult sparse_allreduce(const SparseAllreduceOptions& options) {
   // Every rank sends its kept sums straight to every rank (alltoallv with the same message):
   // one round for the sizes and one for the payload, where a ring allgather would take N-1.
   const std::vector<std::span<const uint8_t>> to_each(static_cast<size_t>(n), buffers.message);
+  buffers.release_received();
   buffers.received = context.comm.alltoallv(to_each, context.timeout);
   context.clock.lap(Phase::kCollective);
   validate_messages(context, "reduced region message", kEveryRank);

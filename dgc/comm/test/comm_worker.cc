@@ -69,6 +69,24 @@ int collectives(Communicator& comm) {
     ok = check(same, "alltoallv payload from every rank", r) && ok;
   }
 
+  // alltoallv of one message to every rank (sent from its one copy, every displacement 0):
+  // rank i sends (i * 50 + 7) bytes of pattern (i * 11 + j) mod 251.
+  {
+    auto length = [](int from) { return static_cast<size_t>(from * 50 + 7); };
+    std::vector<uint8_t> mine(length(r));
+    for (size_t j = 0; j < mine.size(); ++j) mine[j] = static_cast<uint8_t>((r * 11 + j) % 251);
+    const std::vector<std::span<const uint8_t>> spans(n, mine);
+    const auto got = comm.alltoallv(spans);
+    bool same = static_cast<int>(got.size()) == n;
+    for (int p = 0; same && p < n; ++p) {
+      same = got[p].size() == length(p);
+      for (size_t j = 0; same && j < got[p].size(); ++j) {
+        same = got[p][j] == static_cast<uint8_t>((p * 11 + j) % 251);
+      }
+    }
+    ok = check(same, "alltoallv of one message to every rank", r) && ok;
+  }
+
   // allreduce: values[j] = rank + j % 5 -> sum = n(n-1)/2 + n * (j % 5), exact in float.
   std::vector<float> values((1 << 18) + 3);
   for (size_t j = 0; j < values.size(); ++j) values[j] = static_cast<float>(r + j % 5);

@@ -147,6 +147,52 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesAndMessageSizes, AlltoallvTest,
                                   std::to_string(param_info.param.bytes);
                          });
 
+// Records what alltoallv hands the engine: the send buffer's size and each message's offset.
+class SendRecorder : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  size_t send_bytes = 0;
+  std::vector<uint64_t> offsets;
+
+ protected:
+  void alltoallv_payload(std::span<const uint8_t> send, std::span<const uint64_t> send_offsets,
+                         std::span<const uint64_t> send_sizes, std::span<uint8_t> receive,
+                         std::span<const uint64_t> receive_sizes, const Call& call) override {
+    send_bytes = send.size();
+    offsets.assign(send_offsets.begin(), send_offsets.end());
+    ForwardingCommunicator::alltoallv_payload(send, send_offsets, send_sizes, receive,
+                                              receive_sizes, call);
+  }
+};
+
+TEST(Alltoallv, OneMessageToEveryRankTravelsFromItsOneCopyAndOthersArePacked) {
+  constexpr int n = 4;
+  run_local(n, quick(), [&](Communicator& inner) {
+    SendRecorder comm(inner);
+    const int r = comm.rank();
+    std::vector<uint8_t> mine(100 + static_cast<size_t>(r));
+    for (size_t j = 0; j < mine.size(); ++j) mine[j] = pattern(r, j);
+    const auto expect_every_message = [&](const std::vector<std::vector<uint8_t>>& got) {
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      for (int p = 0; p < n; ++p) {
+        ASSERT_EQ(got[p].size(), 100u + static_cast<size_t>(p)) << "from rank " << p;
+        for (size_t j = 0; j < got[p].size(); ++j) ASSERT_EQ(got[p][j], pattern(p, j));
+      }
+    };
+    const std::vector<std::span<const uint8_t>> same(n, mine);
+    expect_every_message(comm.alltoallv(same));
+    EXPECT_EQ(comm.send_bytes, mine.size()) << "one copy, not " << n;
+    EXPECT_EQ(comm.offsets, std::vector<uint64_t>(n, 0));
+    // Equal contents in separate buffers: packed back to back as before.
+    const std::vector<std::vector<uint8_t>> copies(n, mine);
+    const std::vector<std::span<const uint8_t>> separate(copies.begin(), copies.end());
+    expect_every_message(comm.alltoallv(separate));
+    EXPECT_EQ(comm.send_bytes, n * mine.size());
+    const uint64_t m = mine.size();
+    EXPECT_EQ(comm.offsets, (std::vector<uint64_t>{0, m, 2 * m, 3 * m}));
+  });
+}
+
 TEST(Alltoallv, RejectsAWrongNumberOfMessagesBeforeSendingAnything) {
   run_local(2, quick(), [](Communicator& comm) {
     const std::vector<uint8_t> one(3, 1);
@@ -498,8 +544,9 @@ class ScriptedCommunicator final : public Communicator {
     enter(call);
     return {0, peer_size_};
   }
-  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>, std::span<uint8_t>,
-                         std::span<const uint64_t>, const Call& call) override {
+  void alltoallv_payload(std::span<const uint8_t>, std::span<const uint64_t>,
+                         std::span<const uint64_t>, std::span<uint8_t>, std::span<const uint64_t>,
+                         const Call& call) override {
     enter(call);
   }
   void allreduce_sum_primitive(std::span<float>, const Call& call) override { enter(call); }
