@@ -38,8 +38,9 @@ struct MessageBuffers {
   std::vector<uint8_t> message;                // this rank's message to every rank
   std::vector<std::vector<uint8_t>> received;  // the messages of the current phase, by rank
   std::vector<ValidatedMessage> validated;     // ... validated (they refer into `received`)
-  // Drops the last phase's messages, before a collective brings the next ones: otherwise both
-  // are held at once, N messages each (at 256 ranks, tens of MB per rank).
+  // Drops the last phase's messages: before a collective brings the next ones (otherwise both
+  // are held at once, N messages each: at 256 ranks, tens of MB per rank), and at the end of
+  // an iteration, so that nothing is held between iterations.
   void release_received() {
     validated.clear();
     received = {};

@@ -80,6 +80,7 @@ Exchange::Exchange(comm::Communicator& comm, std::vector<TensorSpec> layout,
 void Exchange::forget_updates() { written_.known = false; }
 
 std::span<const uint64_t> Exchange::last_written(size_t i) const {
+  DGC_CHECK(records_written(), "last_written needs ExchangeOptions::record_written");
   DGC_CHECK_LT(i, written_.positions.size(), "no such compressed tensor");
   return written_.positions[i];
 }
@@ -145,6 +146,7 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   for (auto& u : unapplied) u.clear();
   if (result.flagged > 0) {
     last_.timings = timings_of(clock);
+    buffers_.release_received();
     return result.flagged;
   }
 
@@ -166,13 +168,18 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
     written_.positions[i].clear();
   }
 
-  // 5. Sum the messages into the updates, recording the positions written.
+  // 5. Sum the messages into the updates, recording the positions written (if asked).
   const float scale = 1.0f / static_cast<float>(n);
-  for (const auto& m : buffers_.validated) decode_add(m, updates, scale, written_.positions);
+  const bool record = records_written();
+  for (const auto& m : buffers_.validated) {
+    decode_add(m, updates, scale,
+               record ? std::span<std::vector<uint64_t>>(written_.positions)
+                      : std::span<std::vector<uint64_t>>());
+    last_.applied += m.info().element_count;
+  }
   written_.buffers.assign(updates.begin(), updates.end());
-  written_.known = true;
+  written_.known = record;
   for (float& x : dense_flat) x /= static_cast<float>(n);
-  for (const auto& positions : written_.positions) last_.applied += positions.size();
 
   if (algorithm_ == ExchangeAlgorithm::kSparseAllreduce) {
     // The owners' regions are disjoint and in rank order, so written_.positions[i] is sorted and
@@ -186,6 +193,7 @@ int Exchange::run(uint64_t iteration, std::span<const Selection> selections,
   }
   clock.lap(Phase::kDecode);
   last_.timings = timings_of(clock);
+  buffers_.release_received();  // nothing of this iteration is read again
   return 0;
 }
 

@@ -69,6 +69,12 @@ struct ExchangeOptions {
   // secret: every message is tagged and verified (see the top). Every rank must have the same
   // key or none; a difference stops every rank at the handshake with an AuthenticationError.
   std::optional<MacKey> message_key;
+  // Whether run() records the positions it writes: last_written(), and the next run()'s reset
+  // of only those positions. Off, nothing is recorded: every run() zeroes the update buffers in
+  // full and last_written() is an error. That saves N x k positions of 8 bytes per rank (52 MB
+  // for ResNet-50 at 256 ranks); the simulated cluster (dgc/sim) turns it off on the ranks whose
+  // times it does not report. sparse-allreduce always records (its hand-back needs them).
+  bool record_written = true;
 };
 
 // Bytes for one iteration and cumulative. "message" bytes are what this worker contributes (its
@@ -162,7 +168,8 @@ class Exchange {
   // The positions the last run() added into updates[i] (compressed tensor i), in message order:
   // a position that several ranks selected appears once per rank. Every other position of
   // updates[i] is 0. Valid until the next run(). A caller that keeps the update elsewhere (the
-  // Python package's device step, on the GPU) copies only these values.
+  // Python package's device step, on the GPU) copies only these values. Needs
+  // ExchangeOptions::record_written (dgc::InvalidArgument otherwise).
   std::span<const uint64_t> last_written(size_t i) const;
 
   const ExchangeBytes& last() const { return last_.bytes; }
@@ -175,6 +182,9 @@ class Exchange {
   const std::vector<uint64_t>& region_bounds() const { return sparse_.bounds; }
 
  private:
+  bool records_written() const {
+    return options_.record_written || algorithm_ == ExchangeAlgorithm::kSparseAllreduce;
+  }
   // Per compressed tensor, the positions the last run() wrote into `buffers`; valid only while
   // `known` (see run(): the next call resets only these).
   struct WrittenPositions {

@@ -20,7 +20,10 @@
 // (the weights, the dense gradient, the update buffers) are SMPI shared allocations, one
 // physical copy for all ranks, unless private_buffers; the sampled ranks own theirs, so that
 // their update and decode touch memory as a real rank's do. The compressor's momentum and
-// velocity and the gradients exist only on sampled ranks.
+// velocity and the gradients exist only on sampled ranks, and so does the exchange's record of
+// the positions it wrote (ExchangeOptions::record_written). What every rank still holds for
+// itself is what it receives: with allgather and direct, N messages (38 MB per rank for
+// ResNet-50 at 256 ranks, 10 GB in all).
 #pragma once
 
 #include <cstdint>

@@ -287,22 +287,32 @@ TEST_P(ExchangeTest, ABadGradientOnOneRankIsCountedOnEveryRank) {
 TEST_P(ExchangeTest, ReusedBuffersHoldOnlyThisIterationsSum) {
   const Case c = GetParam();
   if (secondary(c)) GTEST_SKIP() << "world sizes 1-4 and 8 are enough here";
-  for (const auto& layout : {model_layout(), compressed_only_layout()}) {
-    comm::run_local(c.world_size, quick(), [&](comm::Communicator& comm) {
-      Exchange exchange(comm, layout, options_for(c));
-      std::vector<std::vector<float>> first = {std::vector<float>(1152, 99.0f),
-                                               std::vector<float>(3000, 99.0f)};
-      std::vector<std::vector<float>> second = first;
-      for (uint64_t it = 0; it < 6; ++it) {
-        // Iterations 0-1 and 4-5 use `first`, 2-3 use `second` (a change of buffers).
-        auto& updates = it == 2 || it == 3 ? second : first;
-        if (it == 5) {
-          for (auto& u : updates) std::fill(u.begin(), u.end(), -7.0f);
-          exchange.forget_updates();
+  // Recording the positions written (the default) or not (every run zeroes in full).
+  for (const bool record : {true, false}) {
+    for (const auto& layout : {model_layout(), compressed_only_layout()}) {
+      comm::run_local(c.world_size, quick(), [&](comm::Communicator& comm) {
+        ExchangeOptions options = options_for(c);
+        options.record_written = record;
+        Exchange exchange(comm, layout, options);
+        std::vector<std::vector<float>> first = {std::vector<float>(1152, 99.0f),
+                                                 std::vector<float>(3000, 99.0f)};
+        std::vector<std::vector<float>> second = first;
+        for (uint64_t it = 0; it < 6; ++it) {
+          // Iterations 0-1 and 4-5 use `first`, 2-3 use `second` (a change of buffers).
+          auto& updates = it == 2 || it == 3 ? second : first;
+          if (it == 5) {
+            for (auto& u : updates) std::fill(u.begin(), u.end(), -7.0f);
+            exchange.forget_updates();
+          }
+          run_checked(comm, exchange, layout, it, Pattern::kColliding, updates, c.value_type);
+          if (record || c.algorithm == ExchangeAlgorithm::kSparseAllreduce) {
+            EXPECT_FALSE(exchange.last_written(0).empty()) << "0 and numel - 1 on every rank";
+          } else {
+            EXPECT_THROW(exchange.last_written(0), InvalidArgument) << "nothing was recorded";
+          }
         }
-        run_checked(comm, exchange, layout, it, Pattern::kColliding, updates, c.value_type);
-      }
-    });
+      });
+    }
   }
 }
 
