@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
                           {"compute_s", r.compute},
                           {"compress_s", r.compress},
                           {"exchange_s", r.exchange},
+                          {"exchange_sampled_s", r.exchange_sampled},
                           {"exchange_cpu_s", r.exchange_cpu},
                           {"update_s", r.update},
                           {"message_bytes", r.message_bytes},

@@ -149,12 +149,17 @@ class Runner {
       times = run_dgc(parse_exchange_algorithm(algorithm), result);
     }
     // The slowest rank's part, per timed step; then medians.
-    std::vector<double> parts[5];
+    std::vector<double> parts[5], sampled_exchange;
     for (const StepTimes& t : times) {
       double slowest[5];
       MPI_Allreduce(t.part, slowest, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       for (int i = 0; i < 5; ++i) parts[i].push_back(slowest[i]);
+      const double mine = sampled_ ? t.part[2] : 0.0;
+      double slowest_sampled = 0.0;
+      MPI_Allreduce(&mine, &slowest_sampled, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      sampled_exchange.push_back(slowest_sampled);
     }
+    result.exchange_sampled = median(sampled_exchange);
     result.compute = median(parts[0]);
     result.compress = median(parts[1]);
     result.exchange = median(parts[2]);

@@ -60,6 +60,10 @@ struct SimResult {
   std::string algorithm;  // "dense" or an exchange algorithm
   // Medians over the timed steps of the slowest rank's times, seconds (simulated).
   double step = 0.0, compute = 0.0, compress = 0.0, exchange = 0.0, update = 0.0;
+  // The slowest sampled rank's exchange (median over the timed steps): a rank whose CPU work is
+  // all its own. The ranks that are not sampled decode into shared buffers, which some hosts
+  // make far slower than a real rank's own memory (docs/scaling.md).
+  double exchange_sampled = 0.0;
   // Of the exchange: rank 0's CPU parts (encode, validate, decode; the rest is wire and waiting).
   double exchange_cpu = 0.0;
   uint64_t message_bytes = 0, wire_sent = 0, wire_received = 0;  // rank 0, per step

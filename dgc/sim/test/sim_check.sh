@@ -45,6 +45,14 @@ case "$mode" in
         exit 1
       }
     done
+    # Every rank is sampled here, so the slowest sampled rank's exchange is the slowest rank's.
+    echo "$out" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["exchange_sampled_s"] != r["exchange_s"]:
+        sys.exit("FAIL: %s: exchange_sampled_s %r != exchange_s %r" % (r["algorithm"], r["exchange_sampled_s"], r["exchange_s"]))
+'
     ;;
   *) echo "usage: sim_check.sh DGC_SIM PLATFORMS_DIR platforms|check" >&2; exit 2 ;;
 esac
